@@ -1,0 +1,1 @@
+"""Tokenizers that turn text into fairseq dictionary indices. Pure Python: no torch needed."""
