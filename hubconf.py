@@ -1,0 +1,43 @@
+"""torch.hub entry points for roberta_ext.
+
+>>> import torch
+>>> roberta = torch.hub.load("path/to/roberta_ext", "roberta", "/path/to/roberta.large", source="local")  # doctest: +SKIP
+
+The names with dots (``roberta.base``, ...) are not Python identifiers, so torch.hub reaches
+them through ``getattr``: ``torch.hub.load(repo, "roberta.large", source="local")`` works.
+"""
+
+from roberta_ext.hub import RobertaHubInterface
+from roberta_ext.hub import from_pretrained as _from_pretrained
+
+dependencies = ["torch", "regex", "requests", "tqdm"]
+
+
+def roberta(model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", bpe="gpt2", **kwargs) -> RobertaHubInterface:
+    """A RoBERTa model from a local folder (``model.pt`` + ``dict.txt``), an archive, a URL or a
+    known name (roberta.base, roberta.large, roberta.large.mnli), with fairseq's hub methods:
+    encode, decode, extract_features (return_all_hiddens), predict,
+    register_classification_head, fill_mask. Needs no fairseq. Returned in eval mode.
+
+    Arguments are those of fairseq's ``RobertaModel.from_pretrained``; keyword options:
+    gpt2_encoder_json, gpt2_vocab_bpe, device, cache_dir, offline.
+    """
+    return _from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe, **kwargs)
+
+
+def _named(name: str):
+    def load(**kwargs) -> RobertaHubInterface:
+        return _from_pretrained(name, **kwargs)
+
+    load.__name__ = name
+    load.__doc__ = (
+        f"fairseq's released {name} (downloaded once into the cache: $ROBERTA_EXT_CACHE, default "
+        f"~/.cache/roberta_ext), as a hub interface with encode, decode, extract_features, predict, "
+        f"register_classification_head and fill_mask. Keyword options: device, cache_dir, offline."
+    )
+    return load
+
+
+for _name in ("roberta.base", "roberta.large", "roberta.large.mnli"):
+    globals()[_name] = _named(_name)
+del _name

@@ -1,0 +1,20 @@
+"""roberta_ext: RoBERTa-family encoders for torch.hub and fairseq.
+
+The hub side is plain PyTorch and never imports fairseq:
+
+>>> import roberta_ext
+>>> roberta = roberta_ext.from_pretrained("/path/to/roberta.large")   # doctest: +SKIP
+>>> roberta.extract_features(roberta.encode("Hello world!")).shape    # doctest: +SKIP
+torch.Size([1, 5, 1024])
+
+The fairseq plugin lives in ``roberta_ext.fairseq_plugin`` and is loaded by
+``fairseq-train --user-dir``; importing ``roberta_ext`` alone does not import fairseq.
+"""
+
+from .checkpoints import CheckpointError
+from .hub import RobertaHubInterface, from_pretrained
+from .modeling import EncoderConfig, RobertaModel
+
+__version__ = "0.1.0"
+
+__all__ = ["CheckpointError", "EncoderConfig", "RobertaHubInterface", "RobertaModel", "__version__", "from_pretrained"]

@@ -1,0 +1,13 @@
+"""Reading checkpoints: safe unpickling, fairseq layouts, and the download cache."""
+
+from .fairseq import LoadedCheckpoint, load_roberta_checkpoint, save_roberta_checkpoint, upgrade_state_dict
+from .safe_load import CheckpointError, load_checkpoint_file
+
+__all__ = [
+    "CheckpointError",
+    "LoadedCheckpoint",
+    "load_checkpoint_file",
+    "load_roberta_checkpoint",
+    "save_roberta_checkpoint",
+    "upgrade_state_dict",
+]

@@ -1,0 +1,226 @@
+"""fairseq RoBERTa checkpoints -> :class:`~roberta_ext.modeling.RobertaModel`.
+
+Three layouts exist in the wild, and all load here:
+
+* modern (fairseq >= 0.10): options under ``cfg["model"]``, keys ``encoder.sentence_encoder.*``;
+* older: options in an ``args`` Namespace, same keys;
+* the 2019 release files (``roberta.base``, ``roberta.large``, ``roberta.large.mnli``): keys under
+  ``decoder.``, ``emb_layer_norm`` for the embedding LayerNorm, and each attention's q, k and v
+  projections stacked into one ``in_proj_weight``/``in_proj_bias`` (in that order).
+
+The upgrade from old keys to ours is data — :data:`KEY_RENAMES` and :data:`FUSED_QKV` — and
+loading is strict: every key of the file must be used and every shape must match.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+from ..modeling import EncoderConfig, RobertaModel
+from .safe_load import CheckpointError, load_checkpoint_file
+
+# (pattern, replacement) applied in order to every key of an old state dict.
+KEY_RENAMES: list[tuple[str, str]] = [
+    (r"^decoder\.", "encoder."),  # 2019 files called the encoder "decoder"
+    (r"\.emb_layer_norm\.", ".layernorm_embedding."),
+    (r"\.layer_norms\.0\.", ".self_attn_layer_norm."),  # fairseq < 0.6 layer norm names
+    (r"\.layer_norms\.1\.", ".final_layer_norm."),
+]
+# A fused projection is split into these, in the order they are stacked along dim 0.
+FUSED_QKV: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj")
+# Keys of the file that carry no weights we need.
+IGNORED_KEYS: tuple[str, ...] = ("encoder.sentence_encoder.embed_positions._float_tensor",)
+_HEAD_KEY = re.compile(r"^classification_heads\.([^.]+)\.(dense|out_proj)\.weight$")
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A model rebuilt from a checkpoint, with what the file said about it."""
+
+    model: RobertaModel
+    path: str
+    options: dict[str, Any] = field(default_factory=dict)
+    """The model options of the file (``cfg["model"]`` or ``vars(args)``)."""
+    task: dict[str, Any] = field(default_factory=dict)
+    """The task options of the file (e.g. ``{"_name": "sentence_prediction", ...}``)."""
+
+
+def upgrade_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rewrite any known older layout into today's key names.
+
+    >>> sd = {"decoder.sentence_encoder.layers.0.self_attn.in_proj_weight": torch.zeros(6, 2)}
+    >>> sorted(upgrade_state_dict(sd))
+    ['encoder.sentence_encoder.layers.0.self_attn.k_proj.weight', 'encoder.sentence_encoder.layers.0.self_attn.q_proj.weight', 'encoder.sentence_encoder.layers.0.self_attn.v_proj.weight']
+    """
+    upgraded: dict[str, torch.Tensor] = {}
+    for key, tensor in state_dict.items():
+        for pattern, replacement in KEY_RENAMES:
+            key = re.sub(pattern, replacement, key)
+        fused = re.match(r"^(.*\.self_attn\.)in_proj_(weight|bias)$", key)
+        if fused:
+            prefix, kind = fused.groups()
+            for name, part in zip(FUSED_QKV, tensor.chunk(3, dim=0)):
+                upgraded[f"{prefix}{name}.{kind}"] = part
+        elif key not in IGNORED_KEYS:
+            upgraded[key] = tensor
+    upgraded.setdefault("encoder.sentence_encoder.version", torch.Tensor([3]))
+    return upgraded
+
+
+def model_options(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(model options, task options) from a loaded checkpoint's ``cfg`` or ``args``."""
+    cfg = state.get("cfg")
+    if isinstance(cfg, dict) and cfg.get("model") is not None:
+        return dict(cfg["model"]), dict(cfg.get("task") or {})
+    args = state.get("args")
+    if isinstance(args, dict):
+        return dict(args), {"_name": args.get("task")}
+    return {}, {}
+
+
+def config_from_checkpoint(
+    state_dict: Mapping[str, torch.Tensor], options: Mapping[str, Any], path: str
+) -> EncoderConfig:
+    """An :class:`EncoderConfig` with the options of the file and the shapes of its tensors.
+
+    Shapes come from the tensors (they cannot lie); what tensors cannot tell — the number of
+    heads, activations, dropout — comes from the options.
+    """
+    prefix = "encoder.sentence_encoder."
+    try:
+        vocab_size, embed_dim = state_dict[prefix + "embed_tokens.weight"].shape
+        num_positions = state_dict[prefix + "embed_positions.weight"].shape[0]
+        ffn_dim = state_dict[prefix + "layers.0.fc1.weight"].shape[0]
+    except KeyError as exc:
+        raise CheckpointError(f"{path!r} is not a RoBERTa checkpoint: it has no {exc.args[0]!r}") from None
+    layer_ids = {int(m.group(1)) for k in state_dict if (m := re.match(re.escape(prefix) + r"layers\.(\d+)\.", k))}
+    padding_idx = int(options.get("padding_idx", 1) or 1)
+    try:
+        return EncoderConfig.from_fairseq(
+            options,
+            vocab_size=vocab_size,
+            encoder_embed_dim=embed_dim,
+            encoder_ffn_embed_dim=ffn_dim,
+            encoder_layers=len(layer_ids),
+            max_positions=num_positions - padding_idx - 1,
+            padding_idx=padding_idx,
+            # Structure is read from the keys rather than trusted from the options: 2019 files
+            # say nothing about these, and a pre-LN stack is the one with a final LayerNorm.
+            encoder_normalize_before=prefix + "layer_norm.weight" in state_dict,
+            layernorm_embedding=prefix + "layernorm_embedding.weight" in state_dict,
+        )
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{path!r} has model options we cannot use: {exc}") from None
+
+
+def load_roberta_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:
+    """Rebuild a :class:`RobertaModel` (in eval mode, on the CPU) from a fairseq checkpoint,
+    classification heads included.
+
+    >>> loaded = load_roberta_checkpoint("roberta.large.mnli/model.pt")  # doctest: +SKIP
+    >>> list(loaded.model.classification_heads)                           # doctest: +SKIP
+    ['mnli']
+    """
+    path = os.fspath(path)
+    state = load_checkpoint_file(path)
+    options, task = model_options(state)
+    # fairseq's hub copies weights into a float32 model; do the same for files saved in fp16.
+    state_dict = {k: v.float() if v.is_floating_point() else v for k, v in upgrade_state_dict(state["model"]).items()}
+    cfg = config_from_checkpoint(state_dict, options, path)
+    with torch.device("meta"):
+        model = RobertaModel(cfg)
+    for name, (num_classes, inner_dim) in _classification_heads(state_dict).items():
+        with torch.device("meta"):
+            model.register_classification_head(name, num_classes=num_classes, inner_dim=inner_dim)
+
+    tied = not cfg.untie_weights
+    lm_weight_key = "encoder.lm_head.weight"
+    embed_key = "encoder.sentence_encoder.embed_tokens.weight"
+    if tied and lm_weight_key in state_dict:
+        if not torch.equal(state_dict[lm_weight_key], state_dict[embed_key]):
+            raise CheckpointError(f"{path!r}: the LM head is tied to the embeddings but its weights differ")
+    if tied:
+        state_dict[lm_weight_key] = state_dict[embed_key]
+    _check_keys_and_shapes(model, state_dict, path)
+    # assign=True adopts the loaded (memory-mapped) tensors instead of copying them into
+    # freshly allocated parameters: peak memory stays close to the file size.
+    model.load_state_dict(state_dict, strict=True, assign=True)
+    if tied:
+        model.encoder.lm_head.weight = model.encoder.sentence_encoder.embed_tokens.weight
+    return LoadedCheckpoint(model=model.eval(), path=path, options=options, task=task)
+
+
+def _classification_heads(state_dict: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
+    heads: dict[str, dict[str, int]] = {}
+    for key, tensor in state_dict.items():
+        match = _HEAD_KEY.match(key)
+        if match:
+            name, part = match.groups()
+            heads.setdefault(name, {})[part] = tensor.shape[0]
+    return {name: (dims["out_proj"], dims["dense"]) for name, dims in heads.items() if len(dims) == 2}
+
+
+def _check_keys_and_shapes(model: RobertaModel, state_dict: Mapping[str, torch.Tensor], path: str) -> None:
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path!r} does not match a RoBERTa model: "
+            f"missing keys {missing[:6]}{' ...' if len(missing) > 6 else ''}, "
+            f"unexpected keys {unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}"
+        )
+    for key, tensor in expected.items():
+        if tensor.shape != state_dict[key].shape:
+            raise CheckpointError(
+                f"{path!r}: {key} has shape {tuple(state_dict[key].shape)}, the model expects {tuple(tensor.shape)}"
+            )
+
+
+def save_roberta_checkpoint(
+    model: RobertaModel, path: str | os.PathLike[str], *, task: Mapping[str, Any] | None = None
+) -> None:
+    """Write ``model`` as a fairseq-layout checkpoint (``cfg`` + ``model``), atomically: the
+    file appears whole under its name or not at all.
+
+    >>> save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("tiny")), "/tmp/tiny.pt")  # doctest: +SKIP
+    """
+    cfg = model.cfg
+    options = {
+        "_name": "roberta_ext",
+        "arch": "roberta_ext",
+        "encoder_layers": cfg.encoder_layers,
+        "encoder_embed_dim": cfg.encoder_embed_dim,
+        "encoder_ffn_embed_dim": cfg.encoder_ffn_embed_dim,
+        "encoder_attention_heads": cfg.encoder_attention_heads,
+        "max_positions": cfg.max_positions,
+        "activation_fn": cfg.activation_fn,
+        "pooler_activation_fn": cfg.pooler_activation_fn,
+        "encoder_normalize_before": cfg.encoder_normalize_before,
+        "untie_weights_roberta": cfg.untie_weights,
+        "dropout": cfg.dropout,
+        "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout,
+        "pooler_dropout": cfg.pooler_dropout,
+    }
+    state = {
+        "args": None,
+        "cfg": {"model": options, "task": dict(task or {"_name": "masked_lm"})},
+        "model": model.state_dict(),
+        "optimizer_history": [],
+        "extra_state": {},
+    }
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

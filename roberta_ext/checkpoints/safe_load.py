@@ -1,0 +1,190 @@
+"""Load fairseq checkpoint files without running code from them.
+
+A fairseq ``model.pt`` is a pickle. Besides tensors it holds ``args`` (an
+``argparse.Namespace``, 2019-2020 files) and/or ``cfg`` (omegaconf objects in some
+versions, plain dicts in others), and sometimes numpy scalars in its training state.
+torch's own ``weights_only=True`` unpickler refuses all of those, and
+``weights_only=False`` would execute whatever the file asks for.
+
+We keep torch's restricted unpickler and widen its allowlist by exactly what fairseq
+checkpoints contain, and nothing that can execute code:
+
+* ``argparse.Namespace`` and ``typing.Any`` — inert;
+* numpy's scalar and dtype constructors — inert;
+* omegaconf's containers, nodes and metadata — replaced by :class:`_Recorded`, a class
+  that only stores the state it is given. omegaconf need not be installed, and its
+  ``__setstate__`` (which would run on the real classes) never runs.
+
+Anything else in the file — ``os.system``, ``builtins.eval``, a fairseq class — makes
+loading fail with :class:`CheckpointError` naming the file and the offending global.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import typing
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, damaged, not a checkpoint, or unsafe to load."""
+
+
+class _Recorded:
+    """Stand-in for an omegaconf object: remembers constructor arguments and pickled state,
+    has no behaviour, and runs no code of the original class."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "_Recorded":
+        inst = super().__new__(cls)
+        inst.__dict__["_args"] = args
+        return inst
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (dict_state, slot_state)
+            state = {**(state[0] or {}), **(state[1] or {})}
+        self.__dict__["_state"] = state if isinstance(state, dict) else {"_value": state}
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.__dict__.get("_state", {})
+
+
+def _recorded_class(qualified_name: str) -> type[_Recorded]:
+    module, _, name = qualified_name.rpartition(".")
+    return type(name, (_Recorded,), {"__module__": module, "__qualname__": name})
+
+
+_OMEGACONF_CLASSES = [
+    "omegaconf.dictconfig.DictConfig",
+    "omegaconf.listconfig.ListConfig",
+    "omegaconf.base.ContainerMetadata",
+    "omegaconf.base.Metadata",
+    "omegaconf.nodes.AnyNode",
+    "omegaconf.nodes.StringNode",
+    "omegaconf.nodes.IntegerNode",
+    "omegaconf.nodes.FloatNode",
+    "omegaconf.nodes.BooleanNode",
+    "omegaconf.nodes.EnumNode",
+    "omegaconf.nodes.BytesNode",
+    "omegaconf.nodes.PathNode",
+    "omegaconf.nodes.InterpolationResultNode",
+]
+_STAND_INS: dict[str, type[_Recorded]] = {name: _recorded_class(name) for name in _OMEGACONF_CLASSES}
+
+
+def _numpy_globals() -> list[Any]:
+    try:
+        import numpy as np
+    except ImportError:  # numpy scalars cannot occur in a file we can read without numpy
+        return []
+    multiarray = np.core.multiarray if int(np.__version__.split(".")[0]) < 2 else np._core.multiarray
+    found: list[Any] = [np.dtype, np.ndarray]
+    # numpy 1 pickles these as numpy.core.*, numpy 2 as numpy._core.*: accept both spellings.
+    for name in ("scalar", "_reconstruct"):
+        found += [(getattr(multiarray, name), f"numpy.{core}.multiarray.{name}") for core in ("core", "_core")]
+    dtypes = getattr(np, "dtypes", None)
+    if dtypes is not None:
+        found += [getattr(dtypes, n) for n in dir(dtypes) if n.endswith("DType")]
+    return found
+
+
+def _safe_globals() -> list[Any]:
+    stand_ins = [(cls, name) for name, cls in _STAND_INS.items()]
+    return [argparse.Namespace, typing.Any, *_numpy_globals(), *stand_ins]
+
+
+def to_plain(obj: Any) -> Any:
+    """Turn what :func:`load_checkpoint_file` returns for ``args``/``cfg`` into plain Python:
+    Namespaces and omegaconf stand-ins become dicts and lists, leaves stay as they are.
+
+    >>> to_plain(argparse.Namespace(encoder_layers=2, tags=["a"]))
+    {'encoder_layers': 2, 'tags': ['a']}
+    """
+    if isinstance(obj, argparse.Namespace):
+        return {k: to_plain(v) for k, v in vars(obj).items()}
+    if isinstance(obj, _Recorded):
+        state = obj.state
+        if "_content" in state:  # DictConfig / ListConfig
+            return to_plain(state["_content"])
+        if "_val" in state:  # a value node
+            return to_plain(state["_val"])
+        return {k: to_plain(v) for k, v in state.items() if not k.startswith("_")}
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_plain(v) for v in obj)
+    if type(obj).__module__ == "numpy":
+        return obj.item() if getattr(obj, "ndim", 0) == 0 else obj.tolist()
+    return obj
+
+
+def load_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a fairseq checkpoint safely onto the CPU.
+
+    Returns the checkpoint dict with ``args`` and ``cfg`` converted to plain dicts (or None).
+    Raises :class:`CheckpointError` naming the file for every way the file can be wrong,
+    and ``FileNotFoundError`` when there is no file.
+
+    >>> state = load_checkpoint_file("roberta.large/model.pt")  # doctest: +SKIP
+    >>> sorted(state)[:3]                                        # doctest: +SKIP
+    ['args', 'cfg', 'extra_state']
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file {str(path)!r} does not exist")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint file {str(path)!r} is empty")
+    try:
+        with torch.serialization.safe_globals(_safe_globals()):
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=_is_zip(path))
+    except pickle.UnpicklingError as exc:
+        message = str(exc)
+        if "Unsupported global" in message or "not an allowed global" in message or "GLOBAL" in message:
+            culprit = _culprit(message)
+            raise CheckpointError(
+                f"refusing to load {str(path)!r}: it asks to import {culprit}, which is not part of a "
+                "fairseq checkpoint and could run code; nothing from the file was executed"
+            ) from None
+        raise CheckpointError(f"{str(path)!r} is not a readable PyTorch checkpoint ({_first_line(message)})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError, KeyError) as exc:
+        kind = "truncated or damaged" if _is_zip_prefix(path) else "not a PyTorch checkpoint"
+        raise CheckpointError(f"{str(path)!r} is {kind} ({type(exc).__name__}: {_first_line(str(exc))})") from None
+    if not isinstance(state, dict) or "model" not in state or not isinstance(state["model"], dict):
+        found = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"{str(path)!r} is not a fairseq checkpoint: expected a dict with a 'model' state dict, found {found}")
+    state["args"] = to_plain(state.get("args"))
+    state["cfg"] = to_plain(state.get("cfg"))
+    return state
+
+
+def _is_zip(path: Path) -> bool:
+    return zipfile.is_zipfile(path)
+
+
+def _is_zip_prefix(path: Path) -> bool:
+    """True when the file starts like a zip (torch >= 1.6) or legacy pickle checkpoint but
+    fails to load — i.e. it was cut short rather than being some other kind of file."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
+def _culprit(message: str) -> str:
+    for line in message.splitlines():
+        for marker in ("Unsupported global: GLOBAL ", "GLOBAL "):
+            if marker in line:
+                return line.split(marker, 1)[1].split(" ")[0].rstrip(".,")
+    return "an unknown global"
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "no detail"

@@ -1,0 +1,395 @@
+"""The hub interface: fairseq's ``RobertaHubInterface``, without fairseq.
+
+``from_pretrained`` takes fairseq's arguments and returns an object with fairseq's methods
+(``encode``, ``decode``, ``extract_features``, ``predict``, ``register_classification_head``,
+``fill_mask``) giving fairseq's results, plus what users of fairseq's hub keep writing by
+hand: batches, long texts, label names. Two deliberate differences:
+
+* the model comes back in eval mode (fairseq's stays in train mode, so its features are
+  random until the user remembers ``.eval()``);
+* ``fill_mask`` pairs every probability with its own token (fairseq's drops special symbols
+  from the list of predictions and then pairs the rest with the wrong probabilities).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .checkpoints import CheckpointError, load_roberta_checkpoint
+from .checkpoints import store
+from .modeling import RobertaModel
+from .tokenizers.dictionary import Dictionary
+from .tokenizers.gpt2_bpe import FairseqGPT2Tokenizer, GPT2BPE
+
+MASK = "<mask>"
+
+
+@dataclass
+class HubTask:
+    """What fairseq code reads from ``hub.task``: the dictionaries and the mask index."""
+
+    source_dictionary: Dictionary
+    label_dictionary: Dictionary | None
+    mask_idx: int
+
+    @property
+    def target_dictionary(self) -> Dictionary:
+        return self.source_dictionary
+
+
+class RobertaHubInterface(nn.Module):
+    """A RoBERTa model with its tokenizer, used like fairseq's hub interface.
+
+    >>> roberta = from_pretrained("roberta.large")           # doctest: +SKIP
+    >>> tokens = roberta.encode("Hello world!")                # doctest: +SKIP
+    >>> tokens.tolist()                                        # doctest: +SKIP
+    [0, 31414, 232, 328, 2]
+    >>> roberta.extract_features(tokens).shape                 # doctest: +SKIP
+    torch.Size([1, 5, 1024])
+    """
+
+    def __init__(
+        self,
+        model: RobertaModel,
+        tokenizer: FairseqGPT2Tokenizer,
+        *,
+        label_dictionary: Dictionary | None = None,
+        cfg: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.bpe = tokenizer.bpe
+        self.dictionary = tokenizer.dictionary
+        self.cfg = cfg or {}
+        self.task = HubTask(self.dictionary, label_dictionary, self.dictionary.index(MASK))
+        if len(self.dictionary) != model.cfg.vocab_size:
+            raise ValueError(
+                f"dictionary has {len(self.dictionary)} symbols but the model's embedding has "
+                f"{model.cfg.vocab_size} rows"
+            )
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The checkpoint's model options (fairseq's ``hub.args``)."""
+        return self.cfg.get("model", {})
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.encoder.sentence_encoder.embed_tokens.weight.device
+
+    def max_positions(self) -> int:
+        """Longest token sequence the model accepts, ``<s>`` and ``</s>`` included."""
+        return self.model.max_positions()
+
+    # ----------------------------------------------------------------------------- text
+    def encode(self, sentence: str, *addl_sentences: str, no_separator: bool = False) -> torch.LongTensor:
+        """Text to a 1-D tensor of dictionary indices: ``<s> a </s>``, and for pairs
+        ``<s> a </s> </s> b </s>`` (RoBERTa's separator is a doubled ``</s>``; with
+        ``no_separator=True`` it is a single one).
+
+        >>> roberta.encode("Hello world!").tolist()                       # doctest: +SKIP
+        [0, 31414, 232, 328, 2]
+        >>> roberta.encode("Hello", "world").tolist()                     # doctest: +SKIP
+        [0, 31414, 2, 2, 8331, 2]
+        """
+        return torch.tensor(self._encode_ids(sentence, *addl_sentences, no_separator=no_separator), dtype=torch.long)
+
+    def _encode_ids(self, sentence: str, *addl_sentences: str, no_separator: bool = False) -> list[int]:
+        bos, eos = self.dictionary.bos(), self.dictionary.eos()
+        ids = [bos, *self.tokenizer.encode(sentence), eos]
+        for extra in addl_sentences:
+            if not no_separator:
+                ids.append(eos)
+            ids.extend(self.tokenizer.encode(extra))
+            ids.append(eos)
+        return ids
+
+    def decode(self, tokens: torch.Tensor) -> str | list[str]:
+        """Indices back to text. Sentences separated by ``</s> </s>`` come back as a list.
+
+        >>> roberta.decode(roberta.encode("Hello world!"))                # doctest: +SKIP
+        'Hello world!'
+        """
+        if tokens.dim() != 1:
+            raise ValueError(f"decode takes a 1-D tensor of indices, got shape {tuple(tokens.shape)}")
+        ids = tokens.tolist()
+        if ids and ids[0] == self.dictionary.bos():
+            ids = ids[1:]
+        eos = self.dictionary.eos()
+        # A document break is two </s> in a row; the second starts the next sentence.
+        sentences, start = [], 0
+        for i in range(len(ids) - 1):
+            if ids[i] == eos and ids[i + 1] == eos:
+                sentences.append(ids[start : i + 1])
+                start = i + 1
+        sentences.append(ids[start:])
+        texts = [self.tokenizer.decode(s) for s in sentences]
+        return texts[0] if len(texts) == 1 else texts
+
+    def encode_batch(
+        self, sentences: Sequence[str | Sequence[str]], *, no_separator: bool = False
+    ) -> tuple[torch.LongTensor, torch.LongTensor]:
+        """Encode many texts (or tuples of texts, for pairs) into one right-padded batch.
+
+        Returns ``(tokens (B, T), lengths (B,))``; padding is ``<pad>``, which the model ignores.
+
+        >>> tokens, lengths = roberta.encode_batch(["Hello world!", "Hi"])   # doctest: +SKIP
+        >>> tokens.shape, lengths.tolist()                                    # doctest: +SKIP
+        (torch.Size([2, 5]), [5, 3])
+        """
+        rows = [
+            self._encode_ids(*((s,) if isinstance(s, str) else tuple(s)), no_separator=no_separator) for s in sentences
+        ]
+        return self.collate(rows)
+
+    def collate(self, rows: Sequence[Sequence[int] | torch.Tensor]) -> tuple[torch.LongTensor, torch.LongTensor]:
+        """Pad lists (or 1-D tensors) of indices into ``(tokens (B, T), lengths (B,))``."""
+        if not rows:
+            raise ValueError("cannot build a batch from no sentences")
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+        tokens = torch.full((len(rows), int(lengths.max())), self.dictionary.pad(), dtype=torch.long)
+        for i, row in enumerate(rows):
+            tokens[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
+        return tokens, lengths
+
+    # ------------------------------------------------------------------------- features
+    def extract_features(self, tokens: torch.Tensor, return_all_hiddens: bool = False) -> torch.Tensor | list[torch.Tensor]:
+        """Last-layer features ``(B, T, C)``; with ``return_all_hiddens`` a list of
+        ``encoder_layers + 1`` tensors, the first being the embeddings (25 for roberta.large).
+
+        Accepts one sentence ``(T,)`` or a padded batch ``(B, T)``; padding rows do not change
+        the features of real tokens. Raises ``ValueError`` beyond ``max_positions()`` tokens
+        (see :meth:`extract_features_long`).
+
+        >>> roberta.extract_features(roberta.encode("Hello world!")).shape   # doctest: +SKIP
+        torch.Size([1, 5, 1024])
+        """
+        if tokens.dim() == 1:
+            tokens = tokens.unsqueeze(0)
+        if tokens.size(-1) > self.max_positions():
+            raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {self.max_positions()}")
+        features, extra = self.model(tokens.to(device=self.device), features_only=True, return_all_hiddens=return_all_hiddens)
+        return extra["inner_states"] if return_all_hiddens else features
+
+    def extract_features_batch(
+        self, sentences: Sequence[str | Sequence[str]], *, return_all_hiddens: bool = False
+    ) -> tuple[torch.Tensor | list[torch.Tensor], torch.LongTensor]:
+        """Features of many texts at once: ``(features (B, T, C), lengths (B,))``. Row ``i`` is
+        valid up to ``lengths[i]``; the rest is padding.
+
+        >>> feats, lengths = roberta.extract_features_batch(["Hello world!", "Hi"])  # doctest: +SKIP
+        """
+        tokens, lengths = self.encode_batch(sentences)
+        return self.extract_features(tokens, return_all_hiddens=return_all_hiddens), lengths
+
+    def extract_features_long(self, tokens: torch.Tensor, *, stride: int | None = None) -> torch.Tensor:
+        """Features ``(1, T, C)`` of a sequence of any length, by sliding windows.
+
+        Each window holds ``max_positions() - 2`` content tokens between its own ``<s>`` and
+        ``</s>``; consecutive windows start ``stride`` tokens apart (default: half a window),
+        and each token takes its features from the window in which it sits furthest from an
+        edge. A sequence that fits is computed in one pass, identically to ``extract_features``.
+
+        >>> long = roberta.encode("word " * 2000)                            # doctest: +SKIP
+        >>> roberta.extract_features_long(long).shape                        # doctest: +SKIP
+        torch.Size([1, 2002, 1024])
+        """
+        if tokens.dim() == 2 and tokens.size(0) == 1:
+            tokens = tokens[0]
+        if tokens.dim() != 1:
+            raise ValueError(f"extract_features_long takes one sequence (T,), got shape {tuple(tokens.shape)}")
+        limit = self.max_positions()
+        if tokens.numel() <= limit:
+            return self.extract_features(tokens)
+        bos, eos = self.dictionary.bos(), self.dictionary.eos()
+        has_bos, has_eos = int(tokens[0]) == bos, int(tokens[-1]) == eos
+        content = tokens[int(has_bos) : tokens.numel() - int(has_eos)]
+        window = limit - 2
+        stride = stride or window // 2
+        if not 0 < stride <= window:
+            raise ValueError(f"stride must be in 1..{window}, got {stride}")
+        starts = list(range(0, max(content.numel() - window, 0) + 1, stride))
+        if starts[-1] + window < content.numel():
+            starts.append(content.numel() - window)
+        rows = [torch.cat([tokens.new_tensor([bos]), content[s : s + window], tokens.new_tensor([eos])]) for s in starts]
+        features = self.extract_features(torch.stack(rows))  # (W, window + 2, C)
+
+        out = features.new_empty(content.numel(), features.size(-1))
+        best = torch.full((content.numel(),), -1, dtype=torch.long)
+        for w, start in enumerate(starts):
+            positions = torch.arange(start, start + window)
+            distance = torch.minimum(positions - start, start + window - 1 - positions)  # to the window's edge
+            take = distance > best[positions]
+            out[positions[take]] = features[w, 1:-1][take]
+            best[positions[take]] = distance[take]
+        pieces = [features[0, :1]] if has_bos else []
+        pieces.append(out)
+        if has_eos:
+            pieces.append(features[-1, -1:])
+        return torch.cat(pieces).unsqueeze(0)
+
+    # ---------------------------------------------------------------- classification
+    def register_classification_head(
+        self, name: str, num_classes: int | None = None, embedding_size: int | None = None, **kwargs: Any
+    ) -> None:
+        """Add a new, randomly initialised classification head (fairseq's signature;
+        ``embedding_size`` is accepted and unused, as in fairseq's RoBERTa)."""
+        self.model.register_classification_head(name, num_classes=num_classes, inner_dim=kwargs.get("inner_dim"))
+
+    def predict(self, head: str, tokens: torch.Tensor, return_logits: bool = False) -> torch.Tensor:
+        """Log-probabilities ``(B, num_classes)`` (or logits) of the head called ``head``.
+
+        >>> roberta.predict("mnli", roberta.encode("A man sleeps.", "A man is awake.")).argmax()  # doctest: +SKIP
+        tensor(0)
+        """
+        if head not in self.model.classification_heads:
+            known = sorted(self.model.classification_heads)
+            raise KeyError(f"no classification head named {head!r}; registered heads: {known}")
+        features = self.extract_features(tokens.to(device=self.device))
+        logits = self.model.classification_heads[head](features)
+        return logits if return_logits else F.log_softmax(logits, dim=-1)
+
+    def label_name(self, class_index: int) -> str:
+        """The label of class ``class_index``, read from the fine-tuning data's ``label/dict.txt``.
+
+        >>> roberta.label_name(roberta.predict("sentiment", tokens).argmax().item())  # doctest: +SKIP
+        'positive'
+        """
+        labels = self.task.label_dictionary
+        if labels is None:
+            raise ValueError("no label dictionary: load with data_name_or_path pointing at a folder with label/dict.txt")
+        index = class_index + labels.nspecial
+        if not 0 <= class_index or index >= len(labels):
+            raise IndexError(f"class index {class_index} is out of range for {len(labels) - labels.nspecial} labels")
+        return labels[index]
+
+    def predict_label(self, head: str, tokens: torch.Tensor) -> list[str]:
+        """The most likely label name for each row of ``tokens``."""
+        return [self.label_name(i) for i in self.predict(head, tokens).argmax(dim=-1).tolist()]
+
+    # --------------------------------------------------------------------- fill-mask
+    def fill_mask(self, masked_input: str, topk: int = 5) -> list[tuple[str, float, str]]:
+        """The ``topk`` fillings of the single ``<mask>`` in ``masked_input``, as
+        ``(filled sentence, probability, token)``, most probable first.
+
+        >>> roberta.fill_mask("The first Star wars movie came out in <mask>", topk=1)  # doctest: +SKIP
+        [('The first Star wars movie came out in 1977', 0.9504708051681519, ' 1977')]
+        """
+        if masked_input.count(MASK) != 1:
+            raise ValueError(f"fill_mask needs exactly one {MASK} in its input, got {masked_input.count(MASK)}: {masked_input!r}")
+        # Each side is encoded with trailing spaces stripped: the space before <mask> belongs
+        # to the predicted token (" 1977"), exactly as fairseq does it.
+        left, right = (self.tokenizer.encode(span.rstrip()) for span in masked_input.split(MASK))
+        ids = [self.dictionary.bos(), *left, self.task.mask_idx, *right, self.dictionary.eos()]
+        tokens = torch.tensor([ids], dtype=torch.long)
+        if tokens.size(-1) > self.max_positions():
+            raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {self.max_positions()}")
+        masked = tokens.eq(self.task.mask_idx).to(self.device)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                logits, _ = self.model(tokens.to(self.device), masked_tokens=masked)  # (1, V)
+        finally:
+            self.model.train(was_training)
+        probs, indices = logits[0].softmax(dim=-1).topk(k=topk)
+        results = []
+        for prob, index in zip(probs.tolist(), indices.tolist()):
+            predicted = self.tokenizer.decode([index])
+            target = f" {MASK}" if f" {MASK}" in masked_input else MASK
+            results.append((masked_input.replace(target, predicted), prob, predicted))
+        return results
+
+
+def from_pretrained(
+    model_name_or_path: str | os.PathLike[str],
+    checkpoint_file: str = "model.pt",
+    data_name_or_path: str = ".",
+    bpe: str = "gpt2",
+    *,
+    gpt2_encoder_json: str | None = None,
+    gpt2_vocab_bpe: str | None = None,
+    device: str | torch.device | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+    **overrides: Any,
+) -> RobertaHubInterface:
+    """Load a RoBERTa model like fairseq's ``RobertaModel.from_pretrained``, without fairseq.
+
+    ``model_name_or_path`` is a folder holding ``checkpoint_file``, an archive of one, a URL,
+    or a known name (``roberta.base``, ``roberta.large``, ``roberta.large.mnli``), which is
+    downloaded once into the cache. ``data_name_or_path`` holds ``dict.txt`` — or, after
+    sentence-prediction fine-tuning, ``input0/dict.txt`` and ``label/dict.txt``; a path
+    starting with ``.`` is relative to the model folder. GPT-2 BPE files are taken from
+    ``gpt2_encoder_json``/``gpt2_vocab_bpe``, else from the model folder, else from the cache.
+
+    >>> import roberta_ext
+    >>> roberta = roberta_ext.from_pretrained("/models/roberta.large")   # doctest: +SKIP
+    >>> roberta.encode("Hello world!")                                   # doctest: +SKIP
+    tensor([    0, 31414,   232,   328,     2])
+    """
+    if bpe != "gpt2":
+        raise ValueError(f"bpe={bpe!r} is not supported; RoBERTa checkpoints use bpe='gpt2'")
+    if overrides:
+        warnings.warn(f"from_pretrained ignores fairseq overrides it has no use for: {sorted(overrides)}", stacklevel=2)
+    model_dir = Path(store.resolve_model(model_name_or_path, cache_dir=cache_dir, offline=offline))
+    data_dir = (
+        model_dir / data_name_or_path
+        if str(data_name_or_path).startswith(".")
+        else Path(store.resolve_model(data_name_or_path, cache_dir=cache_dir, offline=offline))
+    )
+    checkpoint = model_dir / checkpoint_file
+    loaded = load_roberta_checkpoint(checkpoint)
+
+    dictionary_path = _first_existing(data_dir / "input0" / "dict.txt", data_dir / "dict.txt")
+    dictionary = Dictionary.load(dictionary_path)
+    # fairseq's masked_lm and sentence_prediction tasks both append <mask> after loading.
+    dictionary.add_symbol(MASK)
+    rows = loaded.model.cfg.vocab_size
+    if len(dictionary) != rows:
+        raise CheckpointError(
+            f"{str(dictionary_path)!r} has {len(dictionary) - dictionary.nspecial - 1} symbols, giving "
+            f"{len(dictionary)} with the 4 specials and <mask>, but the embedding matrix of {str(checkpoint)!r} "
+            f"has {rows} rows: this dictionary does not belong to this model"
+        )
+    label_path = data_dir / "label" / "dict.txt"
+    labels = Dictionary.load(label_path) if label_path.is_file() else None
+
+    encoder_json, vocab_bpe = _gpt2_files(model_dir, gpt2_encoder_json, gpt2_vocab_bpe, cache_dir, offline)
+    tokenizer = FairseqGPT2Tokenizer(GPT2BPE.from_files(encoder_json, vocab_bpe), dictionary)
+    cfg = {"model": loaded.options, "task": loaded.task}
+    hub = RobertaHubInterface(loaded.model, tokenizer, label_dictionary=labels, cfg=cfg)
+    if device is not None:
+        hub.to(device)
+    return hub.eval()
+
+
+def _first_existing(*candidates: Path) -> Path:
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"no dictionary found: looked for {' and '.join(repr(str(p)) for p in candidates)}")
+
+
+def _gpt2_files(
+    model_dir: Path, encoder_json: str | None, vocab_bpe: str | None, cache_dir: Any, offline: bool | None
+) -> tuple[Path, Path]:
+    if (encoder_json is None) != (vocab_bpe is None):
+        raise ValueError("pass both gpt2_encoder_json and gpt2_vocab_bpe, or neither")
+    if encoder_json is not None and vocab_bpe is not None:
+        return (
+            store.resolve_file(encoder_json, cache_dir=cache_dir, offline=offline),
+            store.resolve_file(vocab_bpe, cache_dir=cache_dir, offline=offline),
+        )
+    if (model_dir / "encoder.json").is_file() and (model_dir / "vocab.bpe").is_file():
+        return model_dir / "encoder.json", model_dir / "vocab.bpe"
+    return store.resolve_gpt2_bpe_files(cache_dir=cache_dir, offline=offline)

@@ -1,0 +1,203 @@
+"""The transformer encoder core, written once for every family.
+
+Module and parameter names are fairseq's (``embed_tokens``, ``layers.N.self_attn.q_proj``,
+``self_attn_layer_norm``, ``fc1`` ...), so a fairseq RoBERTa state dict loads here, and ours
+loads in fairseq, without renaming a single key. Unlike fairseq, tensors are batch-first:
+``(B, T, C)`` throughout.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import EncoderConfig
+
+
+def get_activation_fn(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The activation called ``name`` in fairseq (``gelu`` is the exact, erf-based one).
+
+    >>> get_activation_fn("gelu")(torch.zeros(2)).tolist()
+    [0.0, 0.0]
+    """
+    if name == "gelu":
+        return F.gelu
+    if name == "gelu_accurate":  # fairseq's name for the tanh approximation
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    if name == "tanh":
+        return torch.tanh
+    if name == "linear":
+        return lambda x: x
+    raise ValueError(f"unknown activation function {name!r}")
+
+
+def make_positions(tokens: torch.Tensor, padding_idx: int) -> torch.Tensor:
+    """Position ids as fairseq counts them: ``padding_idx + 1, padding_idx + 2, ...`` on real
+    tokens and ``padding_idx`` on padding, so the position of a token does not depend on how
+    much padding precedes it (left- and right-padded batches agree).
+
+    >>> make_positions(torch.tensor([[0, 5, 2, 1, 1]]), padding_idx=1).tolist()
+    [[2, 3, 4, 1, 1]]
+    """
+    mask = tokens.ne(padding_idx).int()
+    return (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + padding_idx
+
+
+class LearnedPositionalEmbedding(nn.Embedding):
+    """Position table with fairseq's offset: row ``padding_idx`` is padding, real positions
+    start at ``padding_idx + 1`` (hence 514 rows for 512 tokens)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx)
+        self.max_positions = num_embeddings - padding_idx - 1
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, C)
+        positions = make_positions(tokens, self.padding_idx)
+        return F.embedding(positions, self.weight, self.padding_idx)
+
+
+class MultiheadSelfAttention(nn.Module):
+    """Self-attention through ``F.scaled_dot_product_attention`` with fairseq's parameter names."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        # Created in fairseq's order (k, v, q) so that parameter iteration order matches too.
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """``x``: (B, T, C); ``attn_mask``: (B, 1, 1, T) bool, True where a key may be attended."""
+        batch, length, _ = x.shape
+
+        def split_heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, H, T, D)
+            return t.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+        q = split_heads(self.q_proj(x))
+        k = split_heads(self.k_proj(x))
+        v = split_heads(self.v_proj(x))
+        dropout_p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, D)
+        out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, C)
+        return self.out_proj(out)
+
+
+class TransformerEncoderLayer(nn.Module):
+    """One layer: self-attention and feed-forward blocks, each with a residual and a LayerNorm
+    after it (post-LN, RoBERTa/BERT) or before it (pre-LN)."""
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        dim = cfg.encoder_embed_dim
+        self.normalize_before = cfg.encoder_normalize_before
+        self.self_attn = MultiheadSelfAttention(dim, cfg.encoder_attention_heads, cfg.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, cfg.encoder_ffn_embed_dim)
+        self.fc2 = nn.Linear(cfg.encoder_ffn_embed_dim, dim)
+        self.final_layer_norm = nn.LayerNorm(dim)
+        self.activation_fn = get_activation_fn(cfg.activation_fn)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.activation_dropout = nn.Dropout(cfg.activation_dropout)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:  # (B, T, C)
+        residual = x
+        if self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        x = residual + self.dropout(self.self_attn(x, attn_mask))
+        if not self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+
+        residual = x
+        if self.normalize_before:
+            x = self.final_layer_norm(x)
+        x = self.activation_dropout(self.activation_fn(self.fc1(x)))  # (B, T, F)
+        x = residual + self.dropout(self.fc2(x))
+        if not self.normalize_before:
+            x = self.final_layer_norm(x)
+        return x
+
+
+class TransformerEncoder(nn.Module):
+    """Embeddings and the layer stack: fairseq's ``encoder.sentence_encoder``."""
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.padding_idx = cfg.padding_idx
+        dim = cfg.encoder_embed_dim
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, dim, cfg.padding_idx)
+        self.embed_positions = LearnedPositionalEmbedding(cfg.num_position_embeddings, dim, cfg.padding_idx)
+        self.layernorm_embedding = nn.LayerNorm(dim) if cfg.layernorm_embedding else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(TransformerEncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        # Pre-LN stacks end with a LayerNorm; post-LN stacks already end normalised.
+        self.layer_norm = nn.LayerNorm(dim) if cfg.encoder_normalize_before else None
+        # fairseq keeps a format version in every TransformerEncoder state dict; keeping it
+        # here too lets state dicts move between the two with strict loading on both sides.
+        self.register_buffer("version", torch.Tensor([3]))
+
+    def max_positions(self) -> int:
+        return self.embed_positions.max_positions
+
+    def forward(
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``tokens``: (B, T) indices. Returns the last layer's features (B, T, C) and, when
+        ``return_all_hiddens``, the embedding output followed by every layer's output."""
+        padding_mask = tokens.eq(self.padding_idx)  # (B, T), True on padding
+        has_pads = bool(padding_mask.any())
+
+        x = self.embed_tokens(tokens) + self.embed_positions(tokens)  # (B, T, C)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout(x)
+        attn_mask = None
+        if has_pads:
+            # fairseq zeroes padded positions once after the embeddings; do the same so that
+            # every returned hidden state matches it position for position.
+            x = x * (~padding_mask).unsqueeze(-1).type_as(x)
+            attn_mask = (~padding_mask)[:, None, None, :]  # (B, 1, 1, T)
+
+        hiddens = [x] if return_all_hiddens else []
+        for layer in self.layers:
+            x = layer(x, attn_mask)
+            if return_all_hiddens:
+                hiddens.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return x, hiddens
+
+
+def init_bert_params(module: nn.Module) -> None:
+    """BERT's initialisation, as fairseq applies it: N(0, 0.02) weights, zero biases, zero
+    padding rows. Apply with ``model.apply(init_bert_params)``."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+
+
+__all__ = [
+    "LearnedPositionalEmbedding",
+    "MultiheadSelfAttention",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+    "get_activation_fn",
+    "init_bert_params",
+    "make_positions",
+]

@@ -1,0 +1,53 @@
+"""Output heads on top of the encoder, with fairseq's parameter names."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .encoder import get_activation_fn
+
+
+class LMHead(nn.Module):
+    """Masked-LM head: dense -> activation -> LayerNorm -> projection onto the vocabulary.
+
+    The projection matrix is the token embedding (tied) unless one is passed untied.
+    """
+
+    def __init__(self, embed_dim: int, output_dim: int, activation_fn: str, weight: nn.Parameter | None = None):
+        super().__init__()
+        self.dense = nn.Linear(embed_dim, embed_dim)
+        self.activation_fn = get_activation_fn(activation_fn)
+        self.layer_norm = nn.LayerNorm(embed_dim)
+        self.weight = weight if weight is not None else nn.Parameter(torch.empty(output_dim, embed_dim))
+        self.bias = nn.Parameter(torch.zeros(output_dim))
+
+    def forward(self, features: torch.Tensor, masked_tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """``features``: (B, T, C) -> logits (B, T, V); with a bool ``masked_tokens`` (B, T) only
+        those positions are projected, giving (N, V) — the vocabulary projection is the
+        costliest matmul of pretraining, so it runs on masked positions alone."""
+        if masked_tokens is not None:
+            features = features[masked_tokens, :]  # (N, C)
+        x = self.layer_norm(self.activation_fn(self.dense(features)))
+        return F.linear(x, self.weight) + self.bias
+
+
+class ClassificationHead(nn.Module):
+    """Sentence-level head on the first token (``<s>``): dropout -> dense -> tanh -> dropout -> out_proj."""
+
+    def __init__(self, input_dim: int, inner_dim: int, num_classes: int, activation_fn: str, pooler_dropout: float):
+        super().__init__()
+        self.dense = nn.Linear(input_dim, inner_dim)
+        self.activation_fn = get_activation_fn(activation_fn)
+        self.dropout = nn.Dropout(pooler_dropout)
+        self.out_proj = nn.Linear(inner_dim, num_classes)
+
+    @property
+    def num_classes(self) -> int:
+        return self.out_proj.out_features
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, num_classes)
+        x = self.dropout(features[:, 0, :])
+        x = self.dropout(self.activation_fn(self.dense(x)))
+        return self.out_proj(x)

@@ -1,0 +1,59 @@
+"""Shared fixtures: fairseq reference checkpoints, and running code with fairseq blocked."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+BLOCKED = ("fairseq", "fairseq_cli", "omegaconf", "hydra")
+
+
+# Put at the top of a ``python -c`` program to run it in a process where fairseq is absent.
+BLOCK_SNIPPET = (
+    "import importlib.abc, sys\n"
+    "class _Block(importlib.abc.MetaPathFinder):\n"
+    "    def find_spec(self, name, path, target=None):\n"
+    f"        if name.split('.')[0] in {BLOCKED!r}:\n"
+    "            raise ModuleNotFoundError('No module named %r (blocked by the test)' % name, name=name)\n"
+    "sys.meta_path.insert(0, _Block())\n"
+)
+
+
+def run_without_fairseq(program: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """Run a Python ``program`` in a fresh interpreter in which fairseq, omegaconf and hydra
+    cannot be imported; raise with its output if it fails."""
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_SNIPPET + program, *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"program failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def fairseq_reference(tmp_path_factory) -> dict:
+    """Checkpoints built by fairseq in every layout, with both hubs' outputs on them.
+
+    Returns ``{layout: model_dir}``; each ``model_dir`` holds ``outputs_fairseq.pt`` (recorded
+    by fairseq's ``RobertaHubInterface``) and ``outputs_ours.pt`` (recorded by ours in a process
+    where fairseq, omegaconf and hydra cannot be imported). See ``tests/fairseq_reference.py``.
+    """
+    if importlib.util.find_spec("fairseq") is None:
+        pytest.skip("fairseq is not installed: reference checkpoints cannot be built")
+    out = tmp_path_factory.mktemp("fairseq_reference")
+    script = TESTS / "fairseq_reference.py"
+    result = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"building fairseq reference checkpoints failed:\n{result.stderr[-4000:]}")
+    run_without_fairseq(
+        f"import runpy, sys; sys.argv = [{str(script)!r}, {str(out)!r}, '--impl', 'ours']; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    return json.loads((out / "manifest.json").read_text())["models"]
