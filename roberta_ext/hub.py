@@ -386,10 +386,17 @@ def _gpt2_files(
     if (encoder_json is None) != (vocab_bpe is None):
         raise ValueError("pass both gpt2_encoder_json and gpt2_vocab_bpe, or neither")
     if encoder_json is not None and vocab_bpe is not None:
-        return (
-            store.resolve_file(encoder_json, cache_dir=cache_dir, offline=offline),
-            store.resolve_file(vocab_bpe, cache_dir=cache_dir, offline=offline),
-        )
+        return tuple(_local_or_download(f, cache_dir, offline) for f in (encoder_json, vocab_bpe))
     if (model_dir / "encoder.json").is_file() and (model_dir / "vocab.bpe").is_file():
         return model_dir / "encoder.json", model_dir / "vocab.bpe"
     return store.resolve_gpt2_bpe_files(cache_dir=cache_dir, offline=offline)
+
+
+def _local_or_download(path_or_url: str | os.PathLike[str], cache_dir: Any, offline: bool | None) -> Path:
+    """A local file as it is; an http(s) URL fetched once into the cache (as fairseq's cached_path)."""
+    text = os.fspath(path_or_url)
+    if text.startswith(("http://", "https://")):
+        return store.resolve_file(text, cache_dir=cache_dir, offline=offline)
+    if not os.path.isfile(text):
+        raise FileNotFoundError(f"BPE file {text!r} does not exist")
+    return Path(text)

@@ -48,12 +48,14 @@ def fairseq_reference(tmp_path_factory) -> dict:
     if importlib.util.find_spec("fairseq") is None:
         pytest.skip("fairseq is not installed: reference checkpoints cannot be built")
     out = tmp_path_factory.mktemp("fairseq_reference")
-    script = TESTS / "fairseq_reference.py"
-    result = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=600)
+    module = "tests.fairseq_reference"
+    result = subprocess.run(
+        [sys.executable, "-m", module, str(out)], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     if result.returncode != 0:
         raise RuntimeError(f"building fairseq reference checkpoints failed:\n{result.stderr[-4000:]}")
     run_without_fairseq(
-        f"import runpy, sys; sys.argv = [{str(script)!r}, {str(out)!r}, '--impl', 'ours']; "
-        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+        f"import runpy, sys; sys.argv = [{module!r}, {str(out)!r}, '--impl', 'ours']; "
+        f"runpy.run_module({module!r}, run_name='__main__')"
     )
     return json.loads((out / "manifest.json").read_text())["models"]

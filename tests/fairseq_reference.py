@@ -1,6 +1,8 @@
 """Build fairseq RoBERTa checkpoints and record fairseq's own hub outputs on them.
 
-Run as a separate process (``python tests/fairseq_reference.py OUT_DIR``) by the
+Run as a separate process from the repository root (``python -m tests.fairseq_reference OUT_DIR``;
+as a module, because a script's folder on ``sys.path`` would let tests/tokenizers shadow HF
+``tokenizers``) by the
 ``fairseq_reference`` fixture, so that the test process itself never imports fairseq:
 our side is tested with fairseq, omegaconf and hydra blocked from import.
 
@@ -22,18 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 # The files below are made by this script; loading them with fairseq's own torch.load call
 # (which torch 2.13 restricts to weights) is safe here and is the reference path.
 os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bpe_fixtures import build_bpe_files  # noqa: E402
-from reference_texts import FILL_MASK_INPUTS, PAIRS, TEXTS  # noqa: E402
+from tests.bpe_fixtures import build_bpe_files  # noqa: E402
+from tests.reference_texts import FILL_MASK_INPUTS, PAIRS, TEXTS  # noqa: E402
 
 SMALL = ["--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4"]
 LAYOUTS = {
@@ -68,10 +69,11 @@ def build(layout: str, spec: dict, out: Path, bpe: tuple[Path, Path, Path]) -> P
         (model_dir / "label" / "dict.txt").write_text("".join(f"{label} 10\n" for label in LABELS))
         task_name = "sentence_prediction"
     torch.manual_seed(spec["seed"])
-    argv = [str(model_dir), "--task", task_name, "--arch", "roberta_base", "--max-positions", "64",
-            "--tokens-per-sample", "64", *spec["extra"]]
+    argv = [str(model_dir), "--task", task_name, "--arch", "roberta_base", "--max-positions", "64", *spec["extra"]]
     if task_name == "sentence_prediction":
-        argv += ["--num-classes", str(len(LABELS))]
+        argv += ["--num-classes", str(len(LABELS)), "--criterion", "sentence_prediction"]
+    else:
+        argv += ["--tokens-per-sample", "64"]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
@@ -91,14 +93,20 @@ def build(layout: str, spec: dict, out: Path, bpe: tuple[Path, Path, Path]) -> P
     if layout == "release2019":
         state_dict = to_2019_layout(state_dict)
     cfg_container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    # What fairseq's trainer writes besides the weights (numpy scalars included).
+    training_state = {
+        "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "FairseqAdam",
+                               "lr_scheduler_state": {"best": np.float64(2.5)}, "num_updates": 10}],
+        "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 10}, "best": np.float64(2.5),
+                        "previous_training_time": 1.5},
+    }
     if layout in ("legacy_args", "release2019"):
-        state = {"args": args, "model": state_dict, "optimizer_history": [], "extra_state": {}}
+        state = {"args": args, "model": state_dict, **training_state}
     elif layout == "dictconfig":
         cfg_container["model"] = vars(cfg_container["model"])
-        state = {"args": None, "cfg": OmegaConf.create(cfg_container), "model": state_dict}
+        state = {"args": None, "cfg": OmegaConf.create(cfg_container), "model": state_dict, **training_state}
     else:
-        state = {"args": None, "cfg": cfg_container, "model": state_dict, "optimizer_history": [],
-                 "extra_state": {"previous_training_time": 1.0}}
+        state = {"args": None, "cfg": cfg_container, "model": state_dict, **training_state}
     torch.save(state, model_dir / "model.pt", _use_new_zipfile_serialization=layout != "release2019")
     return model_dir
 
@@ -151,8 +159,9 @@ def record(model_dir: Path, encoder_json: Path, vocab_bpe: Path, impl: str) -> d
         ref["heads"] = heads
         ref["predict"] = {h: hub.predict(h, padded) for h in heads}
         ref["predict_logits"] = {h: hub.predict(h, padded, return_logits=True) for h in heads}
-        for masked in FILL_MASK_INPUTS:
-            ref["fill_mask"].append(hub.fill_mask(masked, topk=3))
+        # fairseq's sentence_prediction task has no mask_idx, so its hub cannot fill_mask.
+        if not (model_dir / "input0").is_dir():
+            ref["fill_mask"] = [hub.fill_mask(masked, topk=3) for masked in FILL_MASK_INPUTS]
         ref["num_layers"] = len(hub.model.encoder.sentence_encoder.layers)
     return ref
 

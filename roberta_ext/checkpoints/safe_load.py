@@ -9,7 +9,7 @@ torch's own ``weights_only=True`` unpickler refuses all of those, and
 We keep torch's restricted unpickler and widen its allowlist by exactly what fairseq
 checkpoints contain, and nothing that can execute code:
 
-* ``argparse.Namespace`` and ``typing.Any`` — inert;
+* ``argparse.Namespace``, ``typing.Any``, and plain types (``dict``, ``int``, ...) — inert;
 * numpy's scalar and dtype constructors — inert;
 * omegaconf's containers, nodes and metadata — replaced by :class:`_Recorded`, a class
   that only stores the state it is given. omegaconf need not be installed, and its
@@ -22,6 +22,7 @@ loading fail with :class:`CheckpointError` naming the file and the offending glo
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import pickle
 import typing
@@ -97,9 +98,14 @@ def _numpy_globals() -> list[Any]:
     return found
 
 
+# Plain types omegaconf's metadata refers to (e.g. ``object_type=dict``, ``key_type=Any``).
+# Calling one builds an inert value; none can reach code that is not on this list.
+_PLAIN_TYPES = [dict, list, tuple, set, int, float, str, bool, bytes, collections.defaultdict]
+
+
 def _safe_globals() -> list[Any]:
     stand_ins = [(cls, name) for name, cls in _STAND_INS.items()]
-    return [argparse.Namespace, typing.Any, *_numpy_globals(), *stand_ins]
+    return [argparse.Namespace, typing.Any, *_PLAIN_TYPES, *_numpy_globals(), *stand_ins]
 
 
 def to_plain(obj: Any) -> Any:

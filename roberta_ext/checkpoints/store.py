@@ -374,7 +374,13 @@ def _download_once(
 def _progress_bar(*, total: int | None, desc: str, progress: bool | None) -> tqdm:
     show = sys.stderr.isatty() if progress is None else progress
     return tqdm(
-        total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, disable=not show
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        file=sys.stderr,
+        disable=not show,
     )
 
 

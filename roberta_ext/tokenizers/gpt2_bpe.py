@@ -147,7 +147,9 @@ def _check_vocabulary(
     owner_of_id: dict[int, str] = {}
     for token, token_id in encoder.items():
         if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
-            raise GPT2BPEFormatError(f"{encoder_name}: id of {token!r} must be an int >= 0, got {token_id!r}")
+            raise GPT2BPEFormatError(
+                f"{encoder_name}: id of {token!r} must be an int >= 0, got {token_id!r}"
+            )
         if token_id in owner_of_id:
             raise GPT2BPEFormatError(
                 f"{encoder_name}: id {token_id} is given to both {owner_of_id[token_id]!r} and {token!r}"
@@ -161,8 +163,8 @@ def _check_vocabulary(
     missing_bytes = sorted(byte_symbols.difference(encoder))
     if missing_bytes:
         raise GPT2BPEFormatError(
-            f"{encoder_name}: lacks {len(missing_bytes)} of the 256 byte symbols, e.g. {missing_bytes[:5]}; "
-            "texts containing those bytes could not be encoded"
+            f"{encoder_name}: lacks {len(missing_bytes)} of the 256 byte symbols, "
+            f"e.g. {missing_bytes[:5]}; texts containing those bytes could not be encoded"
         )
     for number, (left, right) in enumerate(merges, start=1):
         for symbol in (left, right, left + right):
@@ -420,7 +422,7 @@ class GPT2BPE:
     def is_beginning_of_word(self, x: str) -> bool:
         """Whether dictionary symbol ``x`` starts a word (its text starts with a space), as fairseq.
 
-        >>> bpe.is_beginning_of_word("995")  # " world"  # doctest: +SKIP
+        >>> bpe.is_beginning_of_word("995")  # doctest: +SKIP
         True
         """
         return self.decode_fairseq_string(x).startswith(" ")
@@ -435,7 +437,9 @@ class FairseqGPT2Tokenizer:
     ``encode(text)`` equals fairseq's
     ``dictionary.encode_line(bpe.encode(text), append_eos=False, add_if_not_exist=False)``:
     GPT-2 id ``n`` becomes the index of symbol ``"n"`` in ``dict.txt``, or ``<unk>`` when
-    ``dict.txt`` lacks it. No ``<s>``/``</s>`` are added; that is the hub's job.
+    ``dict.txt`` lacks it. No ``<s>``/``</s>`` are added; that is the hub's job. The GPT-2 id ->
+    index map is computed once, here: add symbols such as ``<mask>`` to the dictionary before or
+    after, but do not redefine numeric symbols afterwards.
 
     >>> tok = FairseqGPT2Tokenizer.from_files("encoder.json", "vocab.bpe", "dict.txt")  # doctest: +SKIP
     >>> tok.encode("Hello world")  # doctest: +SKIP

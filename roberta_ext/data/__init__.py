@@ -1,0 +1,1 @@
+"""Data preparation for pretraining: masking."""

@@ -1,0 +1,89 @@
+"""Our tokenizers and fairseq's own, built from the same trained vocabulary files.
+
+fairseq is the peer every result is compared with; tests that need it are skipped when it is not
+installed (the package itself never imports it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import strategies as st
+
+from roberta_ext.tokenizers import GPT2BPE, Dictionary, FairseqGPT2Tokenizer, ReferenceGPT2BPE
+from tests.bpe_fixtures import UNICODE_SAMPLES, BpeFiles, build_bpe_files
+
+# Pieces that steer GPT-2's pre-tokenisation into its corner cases, mixed into arbitrary text.
+_SPACES = [*" \t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u1680\u2000\u2028\u2029\u202f\u3000", "\r\n", "  ", "\t\t", " \n "]
+_CONTRACTIONS = ["'", "'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", *"stremvldSTREMVLD"]
+_OTHERS = [*"0123456789٣\x00\x7f\ufeff\u0301\u200d\ufe0f😀👍🏽", "🏳️‍🌈"]
+_CORPUS_CHARACTERS = sorted(set("".join(UNICODE_SAMPLES)))
+
+TEXTS = st.lists(
+    st.one_of(st.characters(), st.text(max_size=4), st.sampled_from(_SPACES + _CONTRACTIONS + _OTHERS)),
+    max_size=40,
+).map("".join)
+"""Arbitrary Unicode text (every category but lone surrogates), biased towards whitespace,
+contractions, digits, combining marks and emoji sequences."""
+
+CORPUS_LIKE_TEXTS = st.lists(
+    st.sampled_from(_CORPUS_CHARACTERS + _SPACES + _CONTRACTIONS), max_size=60
+).map("".join)
+"""Text made of what the vocabulary was trained on, so that dict.txt knows most of its pieces."""
+
+
+@pytest.fixture(scope="session")
+def bpe_files(tmp_path_factory: pytest.TempPathFactory) -> BpeFiles:
+    """A trained GPT-2-style ``encoder.json``, ``vocab.bpe`` and fairseq ``dict.txt`` (read-only)."""
+    return build_bpe_files(tmp_path_factory.mktemp("gpt2_bpe"))
+
+
+@pytest.fixture(scope="session")
+def fast_bpe(bpe_files: BpeFiles) -> GPT2BPE:
+    return GPT2BPE.from_files(bpe_files.encoder_json, bpe_files.vocab_bpe)
+
+
+@pytest.fixture(scope="session")
+def reference_bpe(bpe_files: BpeFiles) -> ReferenceGPT2BPE:
+    return ReferenceGPT2BPE.from_files(bpe_files.encoder_json, bpe_files.vocab_bpe)
+
+
+@pytest.fixture(scope="session")
+def dictionary(bpe_files: BpeFiles) -> Dictionary:
+    return Dictionary.load(bpe_files.dict_txt)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(fast_bpe: GPT2BPE, dictionary: Dictionary) -> FairseqGPT2Tokenizer:
+    return FairseqGPT2Tokenizer(fast_bpe, dictionary)
+
+
+@pytest.fixture(scope="session")
+def fairseq_peer(bpe_files: BpeFiles) -> SimpleNamespace:
+    """fairseq's ``gpt2_bpe_utils.Encoder``, its ``GPT2BPE`` wrapper and its ``Dictionary``."""
+    pytest.importorskip("fairseq")
+    from fairseq.data import Dictionary as FairseqDictionary
+    from fairseq.data.encoders.gpt2_bpe import GPT2BPE as FairseqGPT2BPE
+    from fairseq.data.encoders.gpt2_bpe import GPT2BPEConfig
+
+    bpe = FairseqGPT2BPE(
+        GPT2BPEConfig(gpt2_encoder_json=str(bpe_files.encoder_json), gpt2_vocab_bpe=str(bpe_files.vocab_bpe))
+    )
+    dictionary = FairseqDictionary.load(str(bpe_files.dict_txt))
+
+    def indices(text: str) -> list[int]:
+        """fairseq's hub path, minus <s>/</s>: GPT-2 ids as a string, then dictionary lookup."""
+        line = bpe.encode(text)
+        return dictionary.encode_line(line, append_eos=False, add_if_not_exist=False).tolist()
+
+    return SimpleNamespace(encoder=bpe.bpe, bpe=bpe, dictionary=dictionary, indices=indices)
+
+
+@pytest.fixture(scope="session")
+def fairseq_dictionary_class() -> Callable[..., object]:
+    pytest.importorskip("fairseq")
+    from fairseq.data import Dictionary as FairseqDictionary
+
+    return FairseqDictionary
