@@ -304,10 +304,19 @@ class RobertaHubInterface(nn.Module):
         probs, indices = logits[0].softmax(dim=-1).topk(k=topk)
         results = []
         for prob, index in zip(probs.tolist(), indices.tolist()):
-            predicted = self.tokenizer.decode([index])
+            predicted = self._token_text(index)
             target = f" {MASK}" if f" {MASK}" in masked_input else MASK
             results.append((masked_input.replace(target, predicted), prob, predicted))
         return results
+
+
+    def _token_text(self, index: int) -> str:
+        """The text of one dictionary entry: a BPE token decoded, a special symbol as itself."""
+        symbol = self.dictionary[index]
+        try:
+            return self.bpe.decode_fairseq_string(symbol)
+        except (ValueError, KeyError):  # <s>, </s>, <pad>, madeupword0000, ...
+            return symbol
 
 
 def from_pretrained(

@@ -1,4 +1,5 @@
-"""Shared fixtures: fairseq reference checkpoints, and running code with fairseq blocked."""
+"""Shared fixtures: a trained BPE vocabulary, fairseq reference checkpoints, and running code
+with fairseq blocked."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bpe_fixtures import BpeFiles, build_bpe_files
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -35,6 +38,12 @@ def run_without_fairseq(program: str, *args: str, cwd: Path = REPO) -> subproces
     if result.returncode != 0:
         raise AssertionError(f"program failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+@pytest.fixture(scope="session")
+def bpe_files(tmp_path_factory: pytest.TempPathFactory) -> BpeFiles:
+    """A trained GPT-2-style ``encoder.json``, ``vocab.bpe`` and fairseq ``dict.txt`` (read-only)."""
+    return build_bpe_files(tmp_path_factory.mktemp("gpt2_bpe"))
 
 
 @pytest.fixture(scope="session")

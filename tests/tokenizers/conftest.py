@@ -13,7 +13,7 @@ import pytest
 from hypothesis import strategies as st
 
 from roberta_ext.tokenizers import GPT2BPE, Dictionary, FairseqGPT2Tokenizer, ReferenceGPT2BPE
-from tests.bpe_fixtures import UNICODE_SAMPLES, BpeFiles, build_bpe_files
+from tests.bpe_fixtures import UNICODE_SAMPLES, BpeFiles
 
 # Pieces that steer GPT-2's pre-tokenisation into its corner cases, mixed into arbitrary text.
 _SPACES = [*" \t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u1680\u2000\u2028\u2029\u202f\u3000", "\r\n", "  ", "\t\t", " \n "]
@@ -32,12 +32,6 @@ CORPUS_LIKE_TEXTS = st.lists(
     st.sampled_from(_CORPUS_CHARACTERS + _SPACES + _CONTRACTIONS), max_size=60
 ).map("".join)
 """Text made of what the vocabulary was trained on, so that dict.txt knows most of its pieces."""
-
-
-@pytest.fixture(scope="session")
-def bpe_files(tmp_path_factory: pytest.TempPathFactory) -> BpeFiles:
-    """A trained GPT-2-style ``encoder.json``, ``vocab.bpe`` and fairseq ``dict.txt`` (read-only)."""
-    return build_bpe_files(tmp_path_factory.mktemp("gpt2_bpe"))
 
 
 @pytest.fixture(scope="session")
