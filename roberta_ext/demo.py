@@ -84,7 +84,7 @@ def pretrain(model: RobertaModel, train: torch.Tensor, valid: torch.Tensor, dict
     )
     generator = torch.Generator().manual_seed(args.seed)
     model.train()
-    bar = tqdm(range(args.steps), desc="pretraining (masked LM)", unit="step")
+    bar = tqdm(range(args.steps), desc="pretraining (masked LM)", unit="step", mininterval=2.0)
     for step in bar:
         rows = torch.randint(0, train.size(0), (args.batch_size,), generator=generator)
         inputs, targets = mask_tokens(train[rows], mask_idx=mask_idx, vocab_size=len(dictionary),
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = pretrain(model, train, valid, dictionary, args)
     unigram = unigram_perplexity(train, valid, len(dictionary))
     print(f"   validation perplexity {metrics['valid_ppl']:.1f} (masked LM) vs {unigram:.1f} (unigram baseline)")
+    print("   (a short run on 2 CPU cores: the model has only begun to use context; --steps trains longer)")
 
     print("4. saving a fairseq-layout checkpoint folder")
     save_roberta_checkpoint(model, out / "model.pt")
