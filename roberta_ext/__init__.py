@@ -8,13 +8,21 @@ The hub side is plain PyTorch and never imports fairseq:
 torch.Size([1, 5, 1024])
 
 The fairseq plugin lives in ``roberta_ext.fairseq_plugin`` and is loaded by
-``fairseq-train --user-dir``; importing ``roberta_ext`` alone does not import fairseq.
+``fairseq-train --user-dir path/to/roberta_ext`` (or ``import roberta_ext.fairseq_plugin``);
+importing ``roberta_ext`` in a process without fairseq does not import fairseq.
 """
+
+import sys
 
 from .checkpoints import CheckpointError
 from .hub import RobertaHubInterface, from_pretrained
 from .modeling import EncoderConfig, RobertaModel
 
 __version__ = "0.1.0"
+
+# fairseq imports a --user-dir as a package, after fairseq itself: register then. A process that
+# has not loaded fairseq (the hub) never imports it from here.
+if "fairseq" in sys.modules:
+    from . import fairseq_plugin  # noqa: F401  (registers models, tasks, criteria)
 
 __all__ = ["CheckpointError", "EncoderConfig", "RobertaHubInterface", "RobertaModel", "__version__", "from_pretrained"]

@@ -12,6 +12,8 @@ import sys
 # subcommand -> (module with a main(argv) function, one-line help)
 COMMANDS = {
     "demo": ("roberta_ext.demo", "build a small RoBERTa from the standard library's docstrings and use it via torch.hub"),
+    "bpe-encode": ("roberta_ext.commands.bpe_encode", "GPT-2 BPE-encode text files, as fairseq's multiprocessing_bpe_encoder.py"),
+    "train-bpe": ("roberta_ext.commands.train_bpe", "learn encoder.json, vocab.bpe and a fairseq dict.txt from text files"),
 }
 
 

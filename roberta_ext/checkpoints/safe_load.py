@@ -103,9 +103,13 @@ def _numpy_globals() -> list[Any]:
 _PLAIN_TYPES = [dict, list, tuple, set, int, float, str, bool, bytes, collections.defaultdict]
 
 
+def plain_safe_globals() -> list[Any]:
+    """The inert globals of a fairseq checkpoint other than omegaconf's classes."""
+    return [argparse.Namespace, typing.Any, *_PLAIN_TYPES, *_numpy_globals()]
+
+
 def _safe_globals() -> list[Any]:
-    stand_ins = [(cls, name) for name, cls in _STAND_INS.items()]
-    return [argparse.Namespace, typing.Any, *_PLAIN_TYPES, *_numpy_globals(), *stand_ins]
+    return [*plain_safe_globals(), *((cls, name) for name, cls in _STAND_INS.items())]
 
 
 def to_plain(obj: Any) -> Any:

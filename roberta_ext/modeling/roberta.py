@@ -94,6 +94,7 @@ class RobertaModel(nn.Module):
             dim, inner_dim or dim, num_classes, self.cfg.pooler_activation_fn, self.cfg.pooler_dropout
         )
         head.apply(init_bert_params)
+        head.train(self.training)  # a head added to a model in eval mode starts in eval mode too
         param = next(self.parameters())
         self.classification_heads[name] = head.to(device=param.device, dtype=param.dtype)
         return head

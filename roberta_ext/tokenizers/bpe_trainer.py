@@ -98,7 +98,9 @@ def train_bpe(
         pair_counts.pop(pair, None)
     bar.close()
 
-    byte_symbols = list(bytes_to_unicode().values())
+    # GPT-2's order: printable bytes (which map to themselves) first, then the remapped ones,
+    # i.e. by code point of the byte-level symbol ("!" is id 0, as in GPT-2's encoder.json).
+    byte_symbols = sorted(bytes_to_unicode().values(), key=ord)
     encoder = {symbol: i for i, symbol in enumerate(byte_symbols)}
     for left, right in merges:
         encoder.setdefault(left + right, len(encoder))

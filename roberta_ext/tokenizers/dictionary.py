@@ -271,6 +271,10 @@ class Dictionary:
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as file:
                 file.writelines(rows)
+            # mkstemp creates the file owner-only; give it the mode a plain open() would.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp_name, 0o666 & ~umask)
             os.replace(tmp_name, path)
         except BaseException:
             os.unlink(tmp_name)

@@ -1,0 +1,14 @@
+"""The fairseq plugin: registers the ``roberta_ext`` model and architectures, the
+``roberta_ext_mlm`` and ``roberta_ext_classification`` tasks and criteria, and makes fairseq's
+checkpoint loader work under torch 2.13 (see :mod:`.checkpoint_compat`).
+
+Imported by ``fairseq-train --user-dir path/to/roberta_ext`` (through ``roberta_ext/__init__``),
+or explicitly: ``import roberta_ext.fairseq_plugin``. This package is the only one that imports
+fairseq.
+"""
+
+from . import checkpoint_compat, criterions, models, tasks
+
+checkpoint_compat.install()
+
+__all__ = ["checkpoint_compat", "criterions", "models", "tasks"]

@@ -1,0 +1,77 @@
+"""fairseq criteria: ``roberta_ext_mlm`` and ``roberta_ext_classification``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch.nn.functional as F
+from fairseq import utils
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions.sentence_prediction import SentencePredictionConfig, SentencePredictionCriterion
+from fairseq.dataclass import FairseqDataclass
+from fairseq.logging import metrics
+
+
+@dataclass
+class RobertaExtMLMLossConfig(FairseqDataclass):
+    """No options: the targets say which positions count."""
+
+
+@register_criterion("roberta_ext_mlm", dataclass=RobertaExtMLMLossConfig)
+class RobertaExtMLMLoss(FairseqCriterion):
+    """Cross-entropy over the masked positions only; the LM head runs on those positions alone.
+    The loss is logged in bits per masked token (and ``ppl`` as 2**loss), like fairseq's ``masked_lm``."""
+
+    def __init__(self, cfg: RobertaExtMLMLossConfig, task: Any) -> None:
+        super().__init__(task)
+
+    def forward(self, model: Any, sample: dict[str, Any], reduce: bool = True):
+        targets = sample["target"]
+        masked = targets.ne(self.padding_idx)  # (B, T)
+        sample_size = int(masked.sum())
+        logits = model(**sample["net_input"], masked_tokens=masked)[0]  # (N, V)
+        # A batch may draw no target at all (very short rows): it still takes part in the step,
+        # with a zero loss, so that distributed ranks stay in step.
+        loss = F.cross_entropy(logits.float(), targets[masked], reduction="sum") if sample_size else logits.sum() * 0.0
+        logging_output = {
+            "loss": loss.detach(),
+            "ntokens": sample["ntokens"],
+            "nsentences": sample["nsentences"],
+            "sample_size": sample_size,
+        }
+        return loss, sample_size, logging_output
+
+    @staticmethod
+    def reduce_metrics(logging_outputs: list[dict[str, Any]]) -> None:
+        loss_sum = sum(log.get("loss", 0) for log in logging_outputs)
+        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
+        metrics.log_scalar("loss", loss_sum / max(sample_size, 1) / math.log(2), sample_size, round=3)
+        metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["loss"].avg))
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
+
+
+@dataclass
+class RobertaExtClassificationLossConfig(SentencePredictionConfig):
+    """fairseq's ``sentence_prediction`` criterion options; the metrics that apply are on by default."""
+
+
+@register_criterion("roberta_ext_classification", dataclass=RobertaExtClassificationLossConfig)
+class RobertaExtClassificationLoss(SentencePredictionCriterion):
+    """Cross-entropy (or MSE with ``--regression-target``) on a classification head, logging
+    accuracy and, where they apply, F1 and MCC (two classes), MCC (more classes), or
+    Pearson/Spearman (regression)."""
+
+    def __init__(self, cfg: RobertaExtClassificationLossConfig, task: Any) -> None:
+        num_classes = getattr(task.cfg, "num_classes", 2)
+        if cfg.regression_target:
+            cfg.report_pearson_and_spearman = True
+        else:
+            cfg.report_mcc = True
+            cfg.report_acc_and_f1 = cfg.report_acc_and_f1 or num_classes == 2
+        super().__init__(cfg, task)
+

@@ -1,0 +1,219 @@
+"""fairseq tasks: ``roberta_ext_mlm`` (masked-LM pretraining) and ``roberta_ext_classification``.
+
+``roberta_ext_mlm`` reads what ``fairseq-preprocess`` writes (``dict.txt`` + ``.bin``/``.idx``)
+and cuts it into blocks exactly as fairseq's ``masked_lm`` does. The difference is where masking
+happens: fairseq masks each sample in ``__getitem__`` with numpy; here the collater masks the
+whole padded batch at once with :class:`~roberta_ext.data.masking.BatchMasker`, whose draws
+depend only on (seed, epoch, sample index) — reproducible, fresh every epoch, and different on
+every rank since ranks see different samples. SpanBERT span masking is one option away.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from fairseq import utils
+from fairseq.data import BaseWrapperDataset, Dictionary, PrependTokenDataset, SortDataset, TokenBlockDataset, data_utils
+from fairseq.data.shorten_dataset import maybe_shorten_dataset
+from fairseq.dataclass import FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_METHOD_CHOICES
+from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
+from omegaconf import II, MISSING
+
+from ..data.masking import BatchMasker, MaskingConfig
+from ..tokenizers.gpt2_bpe import GPT2BPE
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RobertaExtMLMConfig(FairseqDataclass):
+    data: str = field(default=MISSING, metadata={"help": "data directory (dict.txt + train/valid .bin/.idx); "
+                                                          "colon-separated directories are used round-robin by epoch"})
+    sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(
+        default="none", metadata={"help": "none: fill blocks of --tokens-per-sample; complete: break only at sentence "
+                                          "ends; complete_doc: also respect documents; eos: one sentence per block"})
+    tokens_per_sample: int = field(default=512, metadata={"help": "tokens per block, <s> included"})
+    mask_prob: float = field(default=0.15, metadata={"help": "fraction of tokens chosen as targets"})
+    leave_unmasked_prob: float = field(default=0.1, metadata={"help": "of the targets: fraction left unchanged"})
+    random_token_prob: float = field(default=0.1, metadata={"help": "of the targets: fraction replaced at random"})
+    freq_weighted_replacement: bool = field(default=False, metadata={"help": "random replacements follow token counts"})
+    mask_whole_words: bool = field(default=False, metadata={"help": "choose whole words (GPT-2 BPE word starts)"})
+    span_masking: bool = field(default=False, metadata={"help": "SpanBERT: geometric spans of whole words"})
+    span_p: float = field(default=0.2, metadata={"help": "geometric parameter of span lengths"})
+    span_max_words: int = field(default=10, metadata={"help": "longest span, in words"})
+    bpe_encoder_json: Optional[str] = field(
+        default=None, metadata={"help": "GPT-2 encoder.json, to find word starts (default: DATA/encoder.json)"})
+    bpe_vocab: Optional[str] = field(
+        default=None, metadata={"help": "GPT-2 vocab.bpe, to find word starts (default: DATA/vocab.bpe)"})
+    shorten_method: SHORTEN_METHOD_CHOICES = field(default="none", metadata={"help": "shorten over-long sequences"})
+    shorten_data_split_list: str = field(default="", metadata={"help": "splits to shorten (default: all)"})
+    seed: int = II("common.seed")
+
+
+def gpt2_word_starts(dictionary: Dictionary, encoder_json: str, vocab_bpe: str) -> torch.Tensor:
+    """Bool per dictionary index: does it start a word? fairseq's ``get_whole_word_mask`` rule:
+    specials and ``madeupword`` fillers count as word starts, a BPE token does when its text
+    starts with a space."""
+    bpe = GPT2BPE.from_files(encoder_json, vocab_bpe)
+
+    def starts(index: int) -> bool:
+        symbol = dictionary[index]
+        if index < dictionary.nspecial or symbol.startswith("madeupword"):
+            return True
+        try:
+            return bpe.is_beginning_of_word(symbol)
+        except (ValueError, KeyError):
+            return True
+
+    return torch.tensor([starts(i) for i in range(len(dictionary))], dtype=torch.bool)
+
+
+class BatchMaskedLMDataset(BaseWrapperDataset):
+    """Blocks of tokens in, masked-LM batches out; masking is done once per batch in the collater."""
+
+    def __init__(self, dataset: Any, masker: BatchMasker, pad_idx: int) -> None:
+        super().__init__(dataset)
+        self.masker = masker
+        self.pad_idx = pad_idx
+        self.epoch = 1
+
+    @property
+    def can_reuse_epoch_itr_across_epochs(self) -> bool:
+        return True  # the epoch reaches the collater through set_epoch, as in fairseq's MaskTokensDataset
+
+    def set_epoch(self, epoch: int, **unused: Any) -> None:
+        super().set_epoch(epoch)
+        self.epoch = epoch
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"id": index, "source": self.dataset[index]}
+
+    def collater(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        if not samples:
+            return {}
+        ids = torch.tensor([s["id"] for s in samples], dtype=torch.long)
+        tokens = data_utils.collate_tokens([s["source"] for s in samples], self.pad_idx)  # (B, T), right-padded
+        lengths = tokens.ne(self.pad_idx).sum(dim=1)
+        src_tokens, target = self.masker(tokens, ids, self.epoch)
+        return {
+            "id": ids,
+            "nsentences": len(samples),
+            "ntokens": int(lengths.sum()),
+            "net_input": {"src_tokens": src_tokens, "src_lengths": lengths},
+            "target": target,
+        }
+
+
+@register_task("roberta_ext_mlm", dataclass=RobertaExtMLMConfig)
+class RobertaExtMLMTask(FairseqTask):
+    """Masked-LM pretraining (RoBERTa; SpanBERT spans with ``--span-masking``)."""
+
+    cfg: RobertaExtMLMConfig
+
+    def __init__(self, cfg: RobertaExtMLMConfig, dictionary: Dictionary) -> None:
+        super().__init__(cfg)
+        self.dictionary = dictionary
+        self.mask_idx = dictionary.add_symbol("<mask>")
+
+    @classmethod
+    def setup_task(cls, cfg: RobertaExtMLMConfig, **kwargs: Any) -> "RobertaExtMLMTask":
+        paths = utils.split_paths(cfg.data)
+        if not paths:
+            raise ValueError("--data (the positional DATA argument) is empty")
+        dict_path = os.path.join(paths[0], "dict.txt")
+        if not os.path.isfile(dict_path):
+            raise FileNotFoundError(f"no dictionary at {dict_path!r}: is {paths[0]!r} fairseq-preprocess output?")
+        dictionary = Dictionary.load(dict_path)
+        logger.info(f"dictionary: {len(dictionary)} types")
+        return cls(cfg, dictionary)
+
+    def _masker(self, data_path: str) -> BatchMasker:
+        cfg = self.cfg
+        word_starts = None
+        if cfg.mask_whole_words or cfg.span_masking:
+            encoder_json = cfg.bpe_encoder_json or os.path.join(data_path, "encoder.json")
+            vocab_bpe = cfg.bpe_vocab or os.path.join(data_path, "vocab.bpe")
+            for path, option in ((encoder_json, "--bpe-encoder-json"), (vocab_bpe, "--bpe-vocab")):
+                if not os.path.isfile(path):
+                    raise FileNotFoundError(f"whole-word and span masking need the GPT-2 BPE files to find word "
+                                            f"starts: {path!r} does not exist (pass {option})")
+            word_starts = gpt2_word_starts(self.dictionary, encoder_json, vocab_bpe)
+        d = self.dictionary
+        specials = [*range(d.nspecial), self.mask_idx, *(i for i, s in enumerate(d.symbols) if s.startswith("madeupword"))]
+        return BatchMasker(
+            MaskingConfig(
+                mask_prob=cfg.mask_prob,
+                leave_unmasked_prob=cfg.leave_unmasked_prob,
+                random_token_prob=cfg.random_token_prob,
+                freq_weighted_replacement=cfg.freq_weighted_replacement,
+                mask_whole_words=cfg.mask_whole_words,
+                span_masking=cfg.span_masking,
+                span_p=cfg.span_p,
+                span_max_words=cfg.span_max_words,
+            ),
+            vocab_size=len(d),
+            mask_idx=self.mask_idx,
+            pad_idx=d.pad(),
+            special_ids=specials,
+            word_starts=word_starts,
+            replacement_weights=torch.tensor(d.count, dtype=torch.float) if cfg.freq_weighted_replacement else None,
+            seed=cfg.seed,
+        )
+
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
+        paths = utils.split_paths(self.cfg.data)
+        data_path = paths[(epoch - 1) % len(paths)]
+        split_path = os.path.join(data_path, split)
+        dataset = data_utils.load_indexed_dataset(split_path, self.source_dictionary, combine=combine)
+        if dataset is None:
+            raise FileNotFoundError(f"dataset not found: {split} ({split_path}.bin/.idx)")
+        dataset = maybe_shorten_dataset(dataset, split, self.cfg.shorten_data_split_list, self.cfg.shorten_method,
+                                        self.cfg.tokens_per_sample, self.cfg.seed)
+        dataset = TokenBlockDataset(dataset, dataset.sizes, self.cfg.tokens_per_sample - 1,  # one less for <s>
+                                    pad=self.dictionary.pad(), eos=self.dictionary.eos(),
+                                    break_mode=self.cfg.sample_break_mode)
+        logger.info(f"loaded {len(dataset)} blocks from: {split_path}")
+        dataset = PrependTokenDataset(dataset, self.dictionary.bos())
+        masked = BatchMaskedLMDataset(dataset, self._masker(data_path), self.dictionary.pad())
+        with data_utils.numpy_seed(self.cfg.seed + epoch):
+            shuffle = np.random.permutation(len(dataset))
+        self.datasets[split] = SortDataset(masked, sort_order=[shuffle, dataset.sizes])
+
+    @property
+    def source_dictionary(self) -> Dictionary:
+        return self.dictionary
+
+    @property
+    def target_dictionary(self) -> Dictionary:
+        return self.dictionary
+
+    def begin_epoch(self, epoch: int, model: Any) -> None:
+        model.set_epoch(epoch)
+
+    def max_positions(self) -> int:
+        return self.cfg.tokens_per_sample
+
+
+@dataclass
+class RobertaExtClassificationConfig(SentencePredictionConfig):
+    """fairseq's ``sentence_prediction`` options, unchanged."""
+
+
+@register_task("roberta_ext_classification", dataclass=RobertaExtClassificationConfig)
+class RobertaExtClassificationTask(SentencePredictionTask):
+    """Sentence and sentence-pair classification or regression on fairseq's ``sentence_prediction``
+    layout (``input0/``, optional ``input1/``, ``label/`` or ``label.{split}`` for regression).
+
+    The data pipeline is fairseq's own; what this adds is the ``<mask>`` index that hubs need
+    (fairseq's task has none, so fairseq's hub cannot ``fill_mask`` a fine-tuned model)."""
+
+    def __init__(self, cfg: Any, data_dictionary: Dictionary, label_dictionary: Dictionary) -> None:
+        super().__init__(cfg, data_dictionary, label_dictionary)
+        self.mask_idx = data_dictionary.index("<mask>")

@@ -1,0 +1,203 @@
+"""The plugin through fairseq's real command-line tools, on a small corpus the test builds:
+fairseq-preprocess, fairseq-train (pretraining; the loss falls), resuming, fine-tuning from the
+pretrained checkpoint (held-out accuracy through the hub's ``predict``), a 2-rank CPU run, fairseq's
+own built-in tasks, and the plugin checkpoint in fairseq's hub and ours giving the same features.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("fairseq")
+
+from roberta_ext.demo import stdlib_docstrings  # noqa: E402
+from roberta_ext.tokenizers import GPT2BPE  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
+
+BIN = Path(sys.executable).parent
+USER_DIR = str(REPO / "roberta_ext")
+TINY_MODEL = ["--arch", "roberta_ext_base", "--encoder-layers", "2", "--encoder-embed-dim", "64",
+              "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4", "--max-positions", "64"]
+COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", "--log-format", "json",
+          "--log-interval", "5", "--no-epoch-checkpoints", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
+          "--clip-norm", "1.0", "--disable-validation"]
+
+
+def run(tool: str, *args: str, cwd: Path | None = None) -> str:
+    """Run a fairseq console script; return its combined output, or fail with it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([str(BIN / tool), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise AssertionError(f"{tool} failed ({result.returncode}):\n{output[-6000:]}")
+    return output
+
+
+def train_losses(log: str) -> list[float]:
+    """Training losses from fairseq's JSON log lines, in order."""
+    losses = []
+    for line in log.splitlines():
+        match = re.search(r"\{.*\"train_inner_loss\"|\{.*\"loss\"", line)
+        if match and "train_inner" in line:
+            record = json.loads(line[line.index("{"):])
+            losses.append(float(record["loss"]))
+    return losses
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, bpe_files) -> dict:
+    """Corpus -> BPE -> fairseq-preprocess for pretraining and for a classification task."""
+    root = tmp_path_factory.mktemp("plugin")
+    bpe = GPT2BPE.from_files(bpe_files.encoder_json, bpe_files.vocab_bpe)
+    encode = lambda text: " ".join(map(str, bpe.encode(text)))  # noqa: E731
+    docs = stdlib_docstrings()
+    random.Random(0).shuffle(docs)
+    sentences = [s.strip() for d in docs for s in d.split(". ") if 20 < len(s.strip()) < 160][:3000]
+    write_lines(root / "train.bpe", [encode(s) for s in sentences[:2700]])
+    write_lines(root / "valid.bpe", [encode(s) for s in sentences[2700:]])
+    pretrain_data = root / "data-bin"
+    run("fairseq-preprocess", "--only-source", "--srcdict", str(bpe_files.dict_txt), "--trainpref",
+        str(root / "train.bpe"), "--validpref", str(root / "valid.bpe"), "--destdir", str(pretrain_data),
+        "--workers", "1")
+    for name in ("encoder_json", "vocab_bpe"):  # word starts for --mask-whole-words / --span-masking
+        shutil.copy(getattr(bpe_files, name), pretrain_data / Path(getattr(bpe_files, name)).name)
+
+    # A task read off the text itself: does the sentence mention returning something?
+    labelled = [(s, int(" return" in f" {s.lower()}")) for s in sentences]
+    train, held_out = labelled[:2400], labelled[2400:]
+    cls_data = root / "cls-bin"
+    write_lines(root / "cls.train.input0", [encode(s) for s, _ in train])
+    write_lines(root / "cls.valid.input0", [encode(s) for s, _ in held_out[:200]])
+    write_lines(root / "cls.train.label", [str(y) for _, y in train])
+    write_lines(root / "cls.valid.label", [str(y) for _, y in held_out[:200]])
+    run("fairseq-preprocess", "--only-source", "--srcdict", str(bpe_files.dict_txt), "--trainpref",
+        str(root / "cls.train.input0"), "--validpref", str(root / "cls.valid.input0"),
+        "--destdir", str(cls_data / "input0"), "--workers", "1")
+    run("fairseq-preprocess", "--only-source", "--trainpref", str(root / "cls.train.label"), "--validpref",
+        str(root / "cls.valid.label"), "--destdir", str(cls_data / "label"), "--workers", "1")
+    return {"root": root, "data": pretrain_data, "cls_data": cls_data, "held_out": held_out[200:], "bpe": bpe_files}
+
+
+@pytest.fixture(scope="module")
+def pretrained(workspace) -> dict:
+    save_dir = workspace["root"] / "pretrain"
+    log = run("fairseq-train", str(workspace["data"]), "--task", "roberta_ext_mlm", "--criterion", "roberta_ext_mlm",
+              *TINY_MODEL, *COMMON, "--tokens-per-sample", "64", "--batch-size", "16", "--lr", "1e-3",
+              "--max-update", "60", "--save-dir", str(save_dir), "--mask-whole-words")
+    return {"save_dir": save_dir, "log": log}
+
+
+def test_pretraining_loss_falls(pretrained):
+    losses = train_losses(pretrained["log"])
+    assert len(losses) >= 10, pretrained["log"][-3000:]
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.5, losses
+
+
+def test_training_resumes_from_its_checkpoint(workspace, pretrained):
+    save_dir = workspace["root"] / "resumed"
+    shutil.copytree(pretrained["save_dir"], save_dir)
+    log = run("fairseq-train", str(workspace["data"]), "--task", "roberta_ext_mlm", "--criterion", "roberta_ext_mlm",
+              *TINY_MODEL, *COMMON, "--tokens-per-sample", "64", "--batch-size", "16", "--lr", "1e-3",
+              "--max-update", "70", "--save-dir", str(save_dir), "--mask-whole-words")
+    assert re.search(r"loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 60 updates\)", log), log[-3000:]
+    assert '"num_updates": "70"' in log or "num_updates=70" in log or "@ 70 updates" in log, log[-3000:]
+
+
+def hub_features(save_dir: Path, data: Path, bpe_files, texts: list[str]) -> tuple[list, list]:
+    """Features from our hub (in this process) and fairseq's own hub (a subprocess)."""
+    import roberta_ext
+
+    ours = roberta_ext.from_pretrained(str(save_dir), "checkpoint_last.pt", str(data),
+                                       gpt2_encoder_json=str(bpe_files.encoder_json),
+                                       gpt2_vocab_bpe=str(bpe_files.vocab_bpe))
+    our_feats = [ours.extract_features(ours.encode(t))[0] for t in texts]
+    out = save_dir / "fairseq_features.pt"
+    program = (
+        "import sys, torch; from fairseq.models.roberta import RobertaModel\n"
+        f"hub = RobertaModel.from_pretrained({str(save_dir)!r}, 'checkpoint_last.pt', {str(data)!r}, "
+        f"gpt2_encoder_json={str(bpe_files.encoder_json)!r}, gpt2_vocab_bpe={str(bpe_files.vocab_bpe)!r}, "
+        f"user_dir={USER_DIR!r}).eval()\n"
+        f"texts = {texts!r}\n"
+        "with torch.no_grad():\n"
+        f"    torch.save([hub.extract_features(hub.encode(t))[0] for t in texts], {str(out)!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", program], check=True, cwd=REPO, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    return our_feats, torch.load(out, weights_only=True)
+
+
+def test_plugin_checkpoint_gives_the_same_features_in_both_hubs(workspace, pretrained):
+    texts = ["Return the number of items.", "Raise ValueError if the file is missing", ""]
+    ours, theirs = hub_features(pretrained["save_dir"], workspace["data"], workspace["bpe"], texts)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+
+
+def test_fine_tuning_beats_chance_on_held_out_data_through_the_hub(workspace, pretrained):
+    import roberta_ext
+
+    save_dir = workspace["root"] / "finetune"
+    log = run("fairseq-train", str(workspace["cls_data"]), "--task", "roberta_ext_classification",
+              "--criterion", "roberta_ext_classification", *TINY_MODEL, *COMMON, "--num-classes", "2",
+              "--init-token", "0", "--separator-token", "2", "--batch-size", "32", "--lr", "1e-3",
+              "--max-update", "150", "--save-dir", str(save_dir),
+              "--restore-file", str(pretrained["save_dir"] / "checkpoint_last.pt"),
+              "--reset-optimizer", "--reset-dataloader", "--reset-meters")
+    assert "loaded checkpoint" in log and "accuracy" in log, log[-3000:]
+    roberta = roberta_ext.from_pretrained(str(save_dir), "checkpoint_last.pt", str(workspace["cls_data"]),
+                                          gpt2_encoder_json=str(workspace["bpe"].encoder_json),
+                                          gpt2_vocab_bpe=str(workspace["bpe"].vocab_bpe))
+    held_out = workspace["held_out"]
+    tokens, _ = roberta.encode_batch([s for s, _ in held_out])
+    with torch.no_grad():
+        predicted = roberta.predict_label("sentence_classification_head", tokens)
+    accuracy = sum(int(p) == y for p, (_, y) in zip(predicted, held_out)) / len(held_out)
+    majority = max(sum(y for _, y in held_out), sum(1 - y for _, y in held_out)) / len(held_out)
+    assert accuracy > majority + 0.1, (accuracy, majority)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_rank_cpu_run(workspace):
+    save_dir = workspace["root"] / "distributed"
+    port = free_port()
+    args = [str(BIN / "fairseq-train"), str(workspace["data"]), "--task", "roberta_ext_mlm",
+            "--criterion", "roberta_ext_mlm", *TINY_MODEL, *COMMON, "--tokens-per-sample", "64",
+            "--batch-size", "8", "--lr", "1e-3", "--max-update", "10", "--save-dir", str(save_dir),
+            "--span-masking", "--distributed-world-size", "2", "--distributed-backend", "gloo",
+            "--ddp-backend", "legacy_ddp", "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+            "--distributed-no-spawn", "--device-id", "0"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ranks = [subprocess.Popen([*args, "--distributed-rank", str(r)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env) for r in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in ranks]
+    assert [p.returncode for p in ranks] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    assert "distributed init (rank 1)" in "".join(outputs)
+    assert (save_dir / "checkpoint_last.pt").is_file()
+
+
+def test_model_trains_under_fairseqs_builtin_masked_lm_task(workspace):
+    log = run("fairseq-train", str(workspace["data"]), "--task", "masked_lm", "--criterion", "masked_lm",
+              *TINY_MODEL, *COMMON, "--tokens-per-sample", "64", "--batch-size", "16", "--lr", "1e-3",
+              "--max-update", "10", "--save-dir", str(workspace["root"] / "builtin"))
+    assert len(train_losses(log)) >= 1, log[-3000:]
