@@ -68,7 +68,8 @@ def main() -> None:
         row = []
         for threads in (1, default_threads):
             torch.set_num_threads(threads)
-            row.append(f"{_time_ms(lambda: masker(tokens, indices, next(epoch))):6.2f} ms ({threads} thread{'s' * (threads > 1)})")
+            ms = _time_ms(lambda: masker(tokens, indices, next(epoch)))
+            row.append(f"{ms:6.2f} ms ({threads} thread{'s' * (threads > 1)})")
         torch.set_num_threads(default_threads)
         print(f"  {name:22s} " + "   ".join(row))
 
@@ -90,7 +91,8 @@ def main() -> None:
             dataset[i]
 
     torch.set_num_threads(1)
-    print(f"  fairseq MaskTokensDataset, 16 items (inputs only, targets are a second pass): {_time_ms(fairseq_batch, 10):6.2f} ms")
+    ms = _time_ms(fairseq_batch, 10)
+    print(f"  fairseq MaskTokensDataset, {BATCH} items (inputs only; targets are a second pass): {ms:6.2f} ms")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import multiprocessing
 import os
 import signal
 import stat
@@ -44,6 +43,8 @@ import tempfile
 import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from functools import partial
 from itertools import zip_longest
@@ -154,9 +155,12 @@ class _Chunk(NamedTuple):
 
 
 def _read_chunks(
-    inputs: Sequence[_InputFile], *, chunk_rows: int = CHUNK_ROWS, chunk_bytes: int = CHUNK_BYTES
+    inputs: Sequence[_InputFile], *, chunk_rows: int | None = None, chunk_bytes: int | None = None
 ) -> Iterator[_Chunk]:
     """Rows of the inputs read in lockstep, cut into chunks; raise if the inputs differ in length."""
+    # Defaults looked up at call time, so that tests can shrink chunks to exercise their seams.
+    chunk_rows = chunk_rows or CHUNK_ROWS
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     rows = zip_longest(*(source.lines() for source in inputs))
     first_line = 1
     while True:
@@ -219,9 +223,9 @@ _worker_state: Any = None  # set in each pool worker by _init_worker
 
 
 def _init_worker(factory: Callable[..., Any] | None, args: tuple) -> None:
-    # Ctrl-C reaches the whole process group; the parent handles it (and terminates the pool),
-    # so workers ignore it rather than print a traceback each. SIGTERM is how the pool ends
-    # workers: it must kill them, not run a handler inherited from the parent.
+    # Ctrl-C reaches the whole process group; the parent handles it (cancels what is queued and
+    # cleans up), so workers ignore it rather than each print a traceback. SIGTERM must still
+    # kill a worker, not run the handler the parent may have installed before the fork.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     warnings.simplefilter("ignore")  # the parent already showed the vocabulary's warnings once
@@ -238,6 +242,8 @@ class _OrderedRunner:
 
     ``Pool.imap`` would do the ordering, but its feeder thread reads the whole input ahead of the
     workers; here the parent reads a chunk only when one of a bounded number of slots is free.
+    A ``ProcessPoolExecutor`` rather than a ``Pool``: a worker that dies (killed for memory, or
+    its initializer failed) raises ``BrokenProcessPool`` instead of hanging the run forever.
     With ``workers <= 1`` everything runs in this process (no pool, no pickling).
     """
 
@@ -252,39 +258,36 @@ class _OrderedRunner:
         """Workers build their state with ``factory(*args)``; in-process, ``local_state`` is used
         if given (the caller often has it already)."""
         self.workers = workers
-        self._pool = None
+        self._executor: ProcessPoolExecutor | None = None
         if workers <= 1:
             if local_state is None and factory is not None:
                 local_state = factory(*args)
             self._state = local_state
         else:
-            self._pool = multiprocessing.get_context().Pool(workers, initializer=_init_worker, initargs=(factory, args))
+            self._executor = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(factory, args))
 
     def __enter__(self) -> _OrderedRunner:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._pool is not None:
-            if exc_type is None:
-                self._pool.close()
-            else:
-                self._pool.terminate()  # unfinished chunks are of no use after a failure
-            self._pool.join()
+        if self._executor is not None:
+            # After a failure, queued chunks are of no use; running ones end within a chunk.
+            self._executor.shutdown(wait=True, cancel_futures=exc_type is not None)
 
     def map(self, job: Callable[[Any, _Chunk], Any], chunks: Iterable[_Chunk]) -> Iterator[tuple[_Chunk, Any]]:
-        if self._pool is None:
+        if self._executor is None:
             for chunk in chunks:
                 yield chunk, job(self._state, chunk)
             return
-        pending: deque[tuple[_Chunk, Any]] = deque()
+        pending: deque[tuple[_Chunk, Future]] = deque()
         for chunk in chunks:
-            pending.append((chunk, self._pool.apply_async(_run_in_worker, (job, chunk))))
+            pending.append((chunk, self._executor.submit(_run_in_worker, job, chunk)))
             if len(pending) >= _IN_FLIGHT_PER_WORKER * self.workers:
-                done, result = pending.popleft()
-                yield done, result.get()
+                done, future = pending.popleft()
+                yield done, future.result()
         while pending:
-            done, result = pending.popleft()
-            yield done, result.get()
+            done, future = pending.popleft()
+            yield done, future.result()
 
 
 # --------------------------------------------------------------------------------------- output
@@ -394,7 +397,7 @@ def bpe_encode_files(
     workers: int = 1,
     progress: bool = False,
     log: IO[str] | None = None,
-    chunk_rows: int = CHUNK_ROWS,
+    chunk_rows: int | None = None,
 ) -> EncodeStats:
     """GPT-2 BPE-encode parallel text ``inputs`` into ``outputs``, as fairseq's encoder script.
 
@@ -663,7 +666,7 @@ def _run_command(prog: str, body: Callable[[], int]) -> int:
     try:
         with _sigterm_as_exit():
             return body()
-    except (CorpusError, GPT2BPEFormatError, DictionaryFormatError, OSError) as error:
+    except (CorpusError, GPT2BPEFormatError, DictionaryFormatError, OSError, BrokenProcessPool) as error:
         if isinstance(error, BrokenPipeError):  # e.g. `bpe-encode ... | head`: not worth a message
             with contextlib.suppress(OSError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

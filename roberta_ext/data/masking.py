@@ -204,7 +204,9 @@ def _uniform(bits: torch.Tensor) -> torch.Tensor:
     return _shift_right(bits, 11).to(torch.float64) * (2.0**-53)
 
 
-def _choose_exactly(bits: torch.Tensor, eligible: torch.Tensor, counts: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def _choose_exactly(
+    bits: torch.Tensor, eligible: torch.Tensor, counts: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
     """Choose exactly ``counts[b]`` of the eligible positions of each row, uniformly without
     replacement: the ``counts[b]`` eligible positions with the smallest random keys.
 
@@ -232,8 +234,9 @@ def _alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Walker/Vose alias table for drawing slot i with probability weights[i] / sum(weights):
     draw a slot uniformly, keep it with probability ``prob[slot]``, else take ``alias[slot]``.
     weights (R,) float64 > 0; returns prob (R,) float64 and alias (R,) long. Built once at
-    start-up (a Python loop over R, ~50 ms for a 50k vocabulary)."""
+    start-up (a Python loop over R, ~25 ms for a 50k vocabulary)."""
     size = weights.numel()
+    weights = weights.to(torch.float64)
     scaled = (weights * (size / weights.sum())).tolist()
     prob, alias = [1.0] * size, list(range(size))
     small = [i for i, w in enumerate(scaled) if w < 1.0]
@@ -360,7 +363,8 @@ class BatchMasker:
 
         # Span lengths 1..span_max_words with P(L) ∝ p (1-p)^(L-1), as SpanBERT's len_distrib.
         q = 1.0 - cfg.span_p
-        pmf = torch.tensor([cfg.span_p * q ** (length - 1) for length in range(1, cfg.span_max_words + 1)], dtype=torch.float64)
+        lengths = range(1, cfg.span_max_words + 1)
+        pmf = torch.tensor([cfg.span_p * q ** (length - 1) for length in lengths], dtype=torch.float64)  # (M,)
         self._span_cdf = (pmf.cumsum(0) / pmf.sum())[:-1].contiguous()  # (M-1,): boundaries between lengths
         self._span_mean_words = float((pmf * torch.arange(1, cfg.span_max_words + 1)).sum() / pmf.sum())
 
@@ -393,15 +397,17 @@ class BatchMasker:
         positions = real.cumsum(1) - 1  # (B, T); -1 on left padding, never used there
         candidate = ~_lookup(tables["is_special"], tokens)  # (B, T); pad is special
 
-        streams = (_STREAM_SELECT, _STREAM_FATE, _STREAM_REPLACE, _STREAM_ROUND,
-                   _STREAM_SPAN_LENGTH, _STREAM_SPAN_START, _STREAM_SPAN_FATE)  # fmt: skip
-        keys = _row_stream_keys(self.seed, epoch, indices, streams)  # (7, B)
-        per_token = 3 if self.cfg.random_token_prob > 0 else 2
-        bits = _random_bits(keys[:per_token], positions)  # (per_token, B, T)
-        round_uniform = _uniform(_random_bits(keys[3:4], torch.zeros_like(indices)[:, None]))[0, :, 0]  # (B,)
+        # Per-token streams first (counter = position), then the per-row and per-span ones.
+        token_streams = (_STREAM_SELECT, _STREAM_FATE, _STREAM_REPLACE)
+        span_streams = (_STREAM_SPAN_LENGTH, _STREAM_SPAN_START, _STREAM_SPAN_FATE)
+        keys = _row_stream_keys(self.seed, epoch, indices, (*token_streams, _STREAM_ROUND, *span_streams))  # (7, B)
+        token_keys, round_keys, span_keys = keys[:3], keys[3:4], keys[4:]
+        per_token = 3 if self.cfg.random_token_prob > 0 else 2  # no replacement stream when nothing is replaced
+        bits = _random_bits(token_keys[:per_token], positions)  # (per_token, B, T)
+        round_uniform = _uniform(_random_bits(round_keys, torch.zeros_like(indices)[:, None]))[0, :, 0]  # (B,)
 
         if self.cfg.span_masking:
-            chosen, fate, _ = self._choose_spans(tokens, candidate, positions, round_uniform, keys[4:7])
+            chosen, fate, _ = self._choose_spans(tokens, candidate, positions, round_uniform, span_keys)
         elif self.cfg.mask_whole_words:
             chosen, fate = self._choose_words(tokens, candidate, positions, round_uniform, bits[0], _uniform(bits[1]))
         else:
@@ -621,7 +627,8 @@ class BatchMasker:
             or indices.dtype.is_complex
             or indices.dtype == torch.bool
         ):
-            got = f"{tuple(indices.shape)} {indices.dtype}" if isinstance(indices, torch.Tensor) else type(indices).__name__
+            got = (f"{tuple(indices.shape)} {indices.dtype}" if isinstance(indices, torch.Tensor)
+                   else type(indices).__name__)  # fmt: skip
             raise ValueError(f"indices must be an integer tensor of shape ({tokens.size(0)},), got {got}")
         if isinstance(epoch, bool) or not isinstance(epoch, int):
             raise ValueError(f"epoch must be an int, got {epoch!r}")
@@ -658,7 +665,8 @@ def mask_tokens(
     positions and ``-100`` elsewhere (ignored by ``F.cross_entropy``).
 
     >>> x = torch.tensor([[0, 10, 11, 12, 13, 2]])
-    >>> corrupted, targets = mask_tokens(x, mask_idx=50, vocab_size=51, special_ids=torch.tensor([0, 1, 2, 3]), mask_prob=1.0)
+    >>> specials = torch.tensor([0, 1, 2, 3])
+    >>> corrupted, targets = mask_tokens(x, mask_idx=50, vocab_size=51, special_ids=specials, mask_prob=1.0)
     >>> targets.tolist()
     [[-100, 10, 11, 12, 13, -100]]
     """

@@ -1,6 +1,6 @@
 """fairseq criteria: ``roberta_ext_mlm`` and ``roberta_ext_classification``."""
 
-from __future__ import annotations
+# No "from __future__ import annotations": fairseq reads dataclass field types at run time.
 
 import math
 from dataclasses import dataclass

@@ -5,7 +5,7 @@ state dict keys are fairseq's RoBERTa keys: checkpoints written by ``fairseq-tra
 hub, and in fairseq's own ``RobertaModel.from_pretrained(..., user_dir=...)``.
 """
 
-from __future__ import annotations
+# No "from __future__ import annotations": fairseq reads dataclass field types at run time.
 
 import logging
 from dataclasses import dataclass, field

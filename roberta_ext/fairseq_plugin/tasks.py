@@ -8,7 +8,7 @@ depend only on (seed, epoch, sample index) — reproducible, fresh every epoch, 
 every rank since ranks see different samples. SpanBERT span masking is one option away.
 """
 
-from __future__ import annotations
+# No "from __future__ import annotations": fairseq reads dataclass field types at run time.
 
 import logging
 import os
@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 from fairseq import utils
-from fairseq.data import BaseWrapperDataset, Dictionary, PrependTokenDataset, SortDataset, TokenBlockDataset, data_utils
+from fairseq.data import BaseWrapperDataset, Dictionary, FairseqDataset, PrependTokenDataset, SortDataset, TokenBlockDataset, data_utils
 from fairseq.data.shorten_dataset import maybe_shorten_dataset
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
@@ -94,6 +94,20 @@ class BatchMaskedLMDataset(BaseWrapperDataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return {"id": index, "source": self.dataset[index]}
+
+    # Batching looks at sizes. BaseWrapperDataset would pass batch_by_size down to the block
+    # dataset, which cannot count tokens; this dataset can, so it batches itself.
+    def num_tokens(self, index: int) -> int:
+        return int(self.dataset.sizes[index])
+
+    def num_tokens_vec(self, indices: np.ndarray) -> np.ndarray:
+        return self.dataset.sizes[indices]
+
+    def size(self, index: int) -> int:
+        return int(self.dataset.sizes[index])
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        return FairseqDataset.batch_by_size(self, indices, max_tokens, max_sentences, required_batch_size_multiple)
 
     def collater(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         if not samples:

@@ -68,7 +68,9 @@ def workspace(tmp_path_factory, bpe_files) -> dict:
     encode = lambda text: " ".join(map(str, bpe.encode(text)))  # noqa: E731
     docs = stdlib_docstrings()
     random.Random(0).shuffle(docs)
-    sentences = [s.strip() for d in docs for s in d.split(". ") if 20 < len(s.strip()) < 160][:3000]
+    # Sentences that fit the tiny models' 64 positions with <s>, </s> and room to spare.
+    sentences = [s.strip() for d in docs for s in d.split(". ") if 20 < len(s.strip()) < 160]
+    sentences = [s for s in sentences if len(bpe.encode(s)) <= 56][:3000]
     write_lines(root / "train.bpe", [encode(s) for s in sentences[:2700]])
     write_lines(root / "valid.bpe", [encode(s) for s in sentences[2700:]])
     pretrain_data = root / "data-bin"
@@ -115,8 +117,8 @@ def test_training_resumes_from_its_checkpoint(workspace, pretrained):
     log = run("fairseq-train", str(workspace["data"]), "--task", "roberta_ext_mlm", "--criterion", "roberta_ext_mlm",
               *TINY_MODEL, *COMMON, "--tokens-per-sample", "64", "--batch-size", "16", "--lr", "1e-3",
               "--max-update", "70", "--save-dir", str(save_dir), "--mask-whole-words")
-    assert re.search(r"loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 60 updates\)", log), log[-3000:]
-    assert '"num_updates": "70"' in log or "num_updates=70" in log or "@ 70 updates" in log, log[-3000:]
+    assert re.search(r"loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 60 updates\)", log, re.I), log[-3000:]
+    assert '"train_num_updates": "70"' in log, log[-3000:]
 
 
 def hub_features(save_dir: Path, data: Path, bpe_files, texts: list[str]) -> tuple[list, list]:
@@ -159,7 +161,7 @@ def test_fine_tuning_beats_chance_on_held_out_data_through_the_hub(workspace, pr
               "--max-update", "150", "--save-dir", str(save_dir),
               "--restore-file", str(pretrained["save_dir"] / "checkpoint_last.pt"),
               "--reset-optimizer", "--reset-dataloader", "--reset-meters")
-    assert "loaded checkpoint" in log and "accuracy" in log, log[-3000:]
+    assert re.search("loaded checkpoint", log, re.I) and "accuracy" in log, log[-3000:]
     roberta = roberta_ext.from_pretrained(str(save_dir), "checkpoint_last.pt", str(workspace["cls_data"]),
                                           gpt2_encoder_json=str(workspace["bpe"].encoder_json),
                                           gpt2_vocab_bpe=str(workspace["bpe"].vocab_bpe))
