@@ -1,9 +1,9 @@
 # The two commands of the README, and helpers. Each target sets up .venv itself.
-.PHONY: demo test docs bench venv
+.PHONY: quickstart test docs venv
 
-demo:            ## build a small model with the project's own tools and use it through torch.hub
-	scripts/bootstrap.sh core
-	.venv/bin/python -m roberta_ext demo
+quickstart:      ## pretrain + fine-tune a small RoBERTa with fairseq-train --user-dir, then use it via torch.hub
+	scripts/bootstrap.sh full
+	.venv/bin/python -m roberta_ext quickstart
 
 test:            ## the whole test suite (installs fairseq, the peers and test tools first)
 	scripts/bootstrap.sh full

@@ -9,11 +9,15 @@ import argparse
 import importlib
 import sys
 
-# subcommand -> (module with a main(argv) function, one-line help)
+# subcommand -> ("module:function" taking argv and returning an exit code, one-line help).
+# Modules are imported only when their command runs, so `--help` stays fast.
 COMMANDS = {
-    "demo": ("roberta_ext.demo", "build a small RoBERTa from the standard library's docstrings and use it via torch.hub"),
-    "bpe-encode": ("roberta_ext.commands.bpe_encode", "GPT-2 BPE-encode text files, as fairseq's multiprocessing_bpe_encoder.py"),
-    "train-bpe": ("roberta_ext.commands.train_bpe", "learn encoder.json, vocab.bpe and a fairseq dict.txt from text files"),
+    "quickstart": ("roberta_ext.quickstart:main",
+                   "pretrain and fine-tune a small RoBERTa with fairseq on the standard library's docstrings"),
+    "bpe-encode": ("roberta_ext.corpus:bpe_encode_main",
+                   "GPT-2 BPE-encode text files, as fairseq's multiprocessing_bpe_encoder.py"),
+    "train-bpe": ("roberta_ext.corpus:train_bpe_main",
+                  "learn encoder.json, vocab.bpe and a fairseq dict.txt from text files"),
 }
 
 
@@ -26,5 +30,5 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return module.main(argv[1:])
+    module_name, function = COMMANDS[argv[0]][0].split(":")
+    return getattr(importlib.import_module(module_name), function)(argv[1:])

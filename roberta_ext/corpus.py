@@ -284,10 +284,17 @@ class _OrderedRunner:
             pending.append((chunk, self._executor.submit(_run_in_worker, job, chunk)))
             if len(pending) >= _IN_FLIGHT_PER_WORKER * self.workers:
                 done, future = pending.popleft()
-                yield done, future.result()
+                yield done, _result(future)
         while pending:
             done, future = pending.popleft()
-            yield done, future.result()
+            yield done, _result(future)
+
+
+def _result(future: Future) -> Any:
+    try:
+        return future.result()
+    except BrokenProcessPool as error:
+        raise BrokenProcessPool(f"a worker process died unexpectedly (out of memory?): {error}") from None
 
 
 # --------------------------------------------------------------------------------------- output
@@ -405,7 +412,8 @@ def bpe_encode_files(
     place only when every input was read and encoded; on any error nothing is written (an output
     to stdout is streamed, so it can end early). ``progress`` shows a tqdm bar (bytes) on stderr;
     ``log`` receives fairseq's messages (``processed N lines`` every 10000 rows when there is no
-    bar, then ``[num_filtered_EMPTY] filtered N lines``).
+    bar, then ``[num_filtered_EMPTY] filtered N lines``). ``workers`` > 1 encodes in that many
+    processes; ``chunk_rows`` (rows sent to a worker at a time) only tunes speed.
 
     >>> bpe_encode_files("encoder.json", "vocab.bpe", ["train.txt"], ["train.bpe"], workers=4)  # doctest: +SKIP
     EncodeStats(rows=1000, written=998, filtered_empty=2, bytes_read=65536)
@@ -425,8 +433,8 @@ def bpe_encode_files(
     if workers < 1:
         raise CorpusError(f"workers must be >= 1, got {workers}")
 
-    # Load once here, so that a bad vocabulary fails before any work, with the file's name
-    # (a pool whose initializer raises would restart workers forever instead).
+    # Load once here, so that a bad vocabulary fails before any work with an error naming the
+    # file (in a worker's initializer it would only break the pool).
     bpe = GPT2BPE.from_files(encoder_json, vocab_bpe)
     stats = EncodeStats()
     with _AtomicFiles() as atomic:

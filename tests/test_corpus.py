@@ -107,7 +107,9 @@ def logical_lines(count: int, *, seed: int) -> list[str]:
     return [rng.choice(pool) for _ in range(count)]
 
 
-def write_lines(path: Path, lines: list[str], *, terminators: tuple[str, ...] = ("\n", "\r\n", "\r"), last: str = "") -> Path:
+def write_lines(
+    path: Path, lines: list[str], *, terminators: tuple[str, ...] = ("\n", "\r\n", "\r"), last: str = ""
+) -> Path:
     """Join lines with rotating terminators (bytes kept as given: newline="")."""
     parts, previous = [], ""
     for k, line in enumerate(lines[:-1]):
@@ -183,7 +185,9 @@ def test_bpe_encode_progress_messages_and_stats(tmp_path, vocab, capsys, monkeyp
     assert stats.bytes_read == source.stat().st_size
 
 
-_LINE_PIECES = st.sampled_from(["a", " ", "\t", "\r", "\n", "\r\n", "\x85", "\u2028", "\x0c", "é", "😀", "'s", "12", "\ufeff"])
+_LINE_PIECES = st.sampled_from(
+    ["a", " ", "\t", "\r", "\n", "\r\n", "\x85", "\u2028", "\x0c", "é", "😀", "'s", "12", "\ufeff"]
+)
 
 
 @settings(max_examples=40, deadline=None)
@@ -197,7 +201,9 @@ def test_bpe_encode_splits_and_strips_lines_as_text_mode(tmp_path_factory, text)
     if any("\ud800" <= ch <= "\udfff" for ch in text):
         return  # lone surrogates are not UTF-8 text; covered by the invalid-UTF-8 tests
     bpe_encode_files(files.encoder_json, files.vocab_bpe, [source], [directory / "ours"], keep_empty=True)
-    fairseq_encoder_script(files.encoder_json, files.vocab_bpe, [str(source)], [str(directory / "theirs")], keep_empty=True)
+    fairseq_encoder_script(
+        files.encoder_json, files.vocab_bpe, [str(source)], [str(directory / "theirs")], keep_empty=True
+    )
     assert (directory / "ours").read_bytes() == (directory / "theirs").read_bytes()
 
 
@@ -364,7 +370,8 @@ def test_train_bpe_then_fairseq_preprocess(tmp_path):
     if not FAIRSEQ_PREPROCESS.exists():
         pytest.skip("fairseq-preprocess is not installed")
     gpt2_bpe_utils = pytest.importorskip("fairseq.data.encoders.gpt2_bpe_utils")
-    train = write_lines(tmp_path / "train.txt", [*_stdlib_text("textwrap.py").splitlines(), *logical_lines(400, seed=6)])
+    lines = [*_stdlib_text("textwrap.py").splitlines(), *logical_lines(400, seed=6)]
+    train = write_lines(tmp_path / "train.txt", lines)
     extra = tmp_path / "extra.txt"  # learned from, but not counted in dict.txt
     extra.write_text(_stdlib_text("calendar.py"), encoding="utf-8")
     out = tmp_path / "gpt2_bpe"
@@ -375,7 +382,8 @@ def test_train_bpe_then_fairseq_preprocess(tmp_path):
     assert _leftovers(out) == []
 
     # fairseq's own GPT-2 encoder reads the learned files and agrees with ours.
-    theirs, ours = gpt2_bpe_utils.get_encoder(str(out / "encoder.json"), str(out / "vocab.bpe")), GPT2BPE.from_files(out / "encoder.json", out / "vocab.bpe")
+    theirs = gpt2_bpe_utils.get_encoder(str(out / "encoder.json"), str(out / "vocab.bpe"))
+    ours = GPT2BPE.from_files(out / "encoder.json", out / "vocab.bpe")
     sample = _stdlib_text("calendar.py")[:5000] + "".join(UNICODE_SAMPLES)
     assert ours.encode(sample) == theirs.encode(sample)
     assert len(theirs.bpe_ranks) == 400
@@ -386,7 +394,8 @@ def test_train_bpe_then_fairseq_preprocess(tmp_path):
     ) == 0
     common = [str(FAIRSEQ_PREPROCESS), "--only-source", "--trainpref", str(tmp_path / "train.bpe"), "--workers", "1"]
     runs = [  # both at once: each spends seconds importing fairseq
-        subprocess.Popen([*common, "--destdir", str(tmp_path / "own")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+        subprocess.Popen([*common, "--destdir", str(tmp_path / "own")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
         subprocess.Popen([*common, "--destdir", str(tmp_path / "src"), "--srcdict", str(out / "dict.txt")],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
     ]
@@ -405,7 +414,8 @@ def test_train_bpe_dict_counts_the_encoded_inputs(tmp_path, capsys):
         write_lines(tmp_path / "b.txt", _stdlib_text("textwrap.py").splitlines()[:400], terminators=("\r\n",)),
     ]
     out = tmp_path / "out"
-    assert train_bpe_main(["--inputs", *map(str, inputs), "--output-dir", str(out), "--num-merges", "200", "--workers", "1"]) == 0
+    args = ["--inputs", *map(str, inputs), "--output-dir", str(out), "--num-merges", "200", "--workers", "1"]
+    assert train_bpe_main(args) == 0
     assert "learned 200 merges (457 tokens)" in capsys.readouterr().err
     encoded = [tmp_path / "a.bpe", tmp_path / "b.bpe"]
     bpe_encode_files(out / "encoder.json", out / "vocab.bpe", inputs[:1], encoded[:1])
@@ -439,7 +449,8 @@ def test_train_bpe_interrupted_while_writing_leaves_nothing(tmp_path, monkeypatc
         raise KeyboardInterrupt
 
     monkeypatch.setattr(corpus.Dictionary, "save", interrupted_save)
-    assert train_bpe_main(["--inputs", str(source), "--output-dir", str(out), "--num-merges", "20", "--workers", "1"]) == 130
+    args = ["--inputs", str(source), "--output-dir", str(out), "--num-merges", "20", "--workers", "1"]
+    assert train_bpe_main(args) == 130
     assert list(out.iterdir()) == []
 
 

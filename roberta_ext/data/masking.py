@@ -10,8 +10,6 @@ Two entry points:
   row's place in the batch, on the number of data-loader workers, or on any generator state.
   Different epochs give different masks; distributed ranks see different dataset indices and
   so differ without extra work.
-* :func:`mask_tokens` — a small ``torch.Generator``-driven helper used by ``roberta_ext.demo``
-  (targets are ``-100`` where nothing is predicted, for ``F.cross_entropy``).
 
 How ``BatchMasker`` follows fairseq's ``MaskTokensDataset`` (fairseq/data/mask_tokens_dataset.py)
 and where it deliberately differs:
@@ -53,7 +51,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BatchMasker", "MaskingConfig", "mask_tokens", "reference_random_bits"]
+__all__ = ["BatchMasker", "MaskingConfig", "reference_random_bits"]
 
 
 @dataclass(kw_only=True)
@@ -641,48 +639,3 @@ class BatchMasker:
             if bool(tokens.eq(self.mask_idx).any()):
                 raise ValueError(f"tokens contain mask_idx={self.mask_idx}; the input must not be masked already")
 
-
-def mask_tokens(
-    tokens: torch.Tensor,
-    *,
-    mask_idx: int,
-    vocab_size: int,
-    special_ids: torch.Tensor,
-    mask_prob: float = 0.15,
-    leave_unmasked_prob: float = 0.1,
-    random_token_prob: float = 0.1,
-    num_special: int = 4,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose ``mask_prob`` of the non-special tokens of ``tokens`` (B, T) as targets; replace
-    80% of them by ``<mask>``, 10% by a random ordinary token and keep 10%.
-
-    Each token is chosen independently (a Bernoulli draw, not an exact count) from
-    ``generator`` — the simple variant for the demo's own training loop; pretraining through
-    fairseq uses :class:`BatchMasker`.
-
-    Returns ``(corrupted tokens, targets)`` where targets hold the original id at chosen
-    positions and ``-100`` elsewhere (ignored by ``F.cross_entropy``).
-
-    >>> x = torch.tensor([[0, 10, 11, 12, 13, 2]])
-    >>> specials = torch.tensor([0, 1, 2, 3])
-    >>> corrupted, targets = mask_tokens(x, mask_idx=50, vocab_size=51, special_ids=specials, mask_prob=1.0)
-    >>> targets.tolist()
-    [[-100, 10, 11, 12, 13, -100]]
-    """
-    if not 0.0 <= mask_prob <= 1.0 or leave_unmasked_prob + random_token_prob > 1.0:
-        raise ValueError("mask_prob must be in [0, 1] and leave_unmasked_prob + random_token_prob <= 1")
-    candidates = ~torch.isin(tokens, special_ids.to(tokens.device))
-    draw = torch.rand(tokens.shape, generator=generator, device=tokens.device)
-    chosen = candidates & (draw < mask_prob)
-    targets = torch.where(chosen, tokens, torch.full_like(tokens, -100))
-
-    # One more uniform draw decides what a chosen position becomes.
-    fate = torch.rand(tokens.shape, generator=generator, device=tokens.device)
-    keep = chosen & (fate < leave_unmasked_prob)
-    randomize = chosen & ~keep & (fate < leave_unmasked_prob + random_token_prob)
-    replace_with_mask = chosen & ~keep & ~randomize
-    random_ids = torch.randint(num_special, vocab_size, tokens.shape, generator=generator, device=tokens.device)
-    corrupted = torch.where(replace_with_mask, torch.full_like(tokens, mask_idx), tokens)
-    corrupted = torch.where(randomize, random_ids, corrupted)
-    return corrupted, targets

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
@@ -74,4 +75,32 @@ class RobertaExtClassificationLoss(SentencePredictionCriterion):
             cfg.report_mcc = True
             cfg.report_acc_and_f1 = cfg.report_acc_and_f1 or num_classes == 2
         super().__init__(cfg, task)
+
+    def forward(self, model: Any, sample: dict[str, Any], reduce: bool = True):
+        if self.classification_head_name not in model.classification_heads:
+            raise KeyError(f"the model has no classification head {self.classification_head_name!r} "
+                           f"(heads: {sorted(model.classification_heads)}); check --classification-head-name")
+        logits, _ = model(**sample["net_input"], features_only=True,
+                          classification_head_name=self.classification_head_name)  # (B, C)
+        targets = model.get_targets(sample, [logits]).view(-1)
+        sample_size = targets.numel()
+        if self.regression_target:
+            predictions = logits.view(-1).float()
+            loss = F.mse_loss(predictions, targets.float(), reduction="sum")
+        else:
+            loss = F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum")
+            predictions = logits.argmax(dim=1)
+        log: dict[str, Any] = {"loss": loss.data, "ntokens": sample["ntokens"], "nsentences": sample_size,
+                               "sample_size": sample_size}
+        if not self.regression_target:
+            log["ncorrect"] = (predictions == targets).sum()
+        if self.keep_pred_and_targ and not model.training:
+            # Class indices, not label names: fairseq converts names with int(), which fails on
+            # labels such as "entailment". The metrics need only consistent class ids.
+            log["pred"] = predictions.detach().cpu().tolist()
+            log["targ"] = targets.detach().cpu().tolist()
+            for flag in ("report_mcc", "report_acc_and_f1", "report_pearson_and_spearman"):
+                if getattr(self, flag):
+                    log[flag] = True
+        return loss, sample_size, log
 

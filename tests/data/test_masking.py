@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from roberta_ext.data import masking
-from roberta_ext.data.masking import BatchMasker, MaskingConfig, mask_tokens, reference_random_bits
+from roberta_ext.data.masking import BatchMasker, MaskingConfig, reference_random_bits
 
 VOCAB = 1000
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
@@ -536,17 +536,7 @@ def test_empty_batch() -> None:
     assert masked.shape == targets.shape == (0, 7)
 
 
-# -- the demo's simple helper -----------------------------------------------------------------------
-
-
-def test_mask_tokens_helper_and_doctests() -> None:
-    tokens = _pad(_rows(50, seed=18))
-    generator = torch.Generator().manual_seed(0)
-    corrupted, targets = mask_tokens(tokens, mask_idx=MASK, vocab_size=VOCAB, special_ids=torch.tensor(SPECIALS),
-                                     generator=generator)  # fmt: skip
-    special = torch.isin(tokens, torch.tensor(SPECIALS))
-    assert bool(targets[special].eq(-100).all()) and torch.equal(corrupted[special], tokens[special])
-    assert 0.1 < float(targets.ne(-100).sum() / (~special).sum()) < 0.2
+def test_doctests() -> None:
     assert doctest.testmod(masking).failed == 0
 
 

@@ -21,7 +21,7 @@ import torch
 
 pytest.importorskip("fairseq")
 
-from roberta_ext.demo import stdlib_docstrings  # noqa: E402
+from roberta_ext.quickstart import stdlib_docstrings  # noqa: E402
 from roberta_ext.tokenizers import GPT2BPE  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 
@@ -66,7 +66,7 @@ def workspace(tmp_path_factory, bpe_files) -> dict:
     root = tmp_path_factory.mktemp("plugin")
     bpe = GPT2BPE.from_files(bpe_files.encoder_json, bpe_files.vocab_bpe)
     encode = lambda text: " ".join(map(str, bpe.encode(text)))  # noqa: E731
-    docs = stdlib_docstrings()
+    docs = [text for text, _ in stdlib_docstrings()]
     random.Random(0).shuffle(docs)
     # Sentences that fit the tiny models' 64 positions with <s>, </s> and room to spare.
     sentences = [s.strip() for d in docs for s in d.split(". ") if 20 < len(s.strip()) < 160]
