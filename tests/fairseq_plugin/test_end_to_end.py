@@ -7,6 +7,7 @@ own built-in tasks, and the plugin checkpoint in fairseq's hub and ours giving t
 from __future__ import annotations
 
 import json
+from collections import Counter
 import os
 import random
 import re
@@ -80,8 +81,9 @@ def workspace(tmp_path_factory, bpe_files) -> dict:
     for name in ("encoder_json", "vocab_bpe"):  # word starts for --mask-whole-words / --span-masking
         shutil.copy(getattr(bpe_files, name), pretrain_data / Path(getattr(bpe_files, name)).name)
 
-    # A task read off the text itself: does the sentence mention returning something?
-    labelled = [(s, int(" return" in f" {s.lower()}")) for s in sentences]
+    # A task read off the text itself: does the sentence mention returning something? Labels
+    # are words, as in GLUE's RTE or MNLI, not integers.
+    labelled = [(s, ("other", "returns")[int(" return" in f" {s.lower()}")]) for s in sentences]
     train, held_out = labelled[:2400], labelled[2400:]
     cls_data = root / "cls-bin"
     write_lines(root / "cls.train.input0", [encode(s) for s, _ in train])
@@ -169,8 +171,8 @@ def test_fine_tuning_beats_chance_on_held_out_data_through_the_hub(workspace, pr
     tokens, _ = roberta.encode_batch([s for s, _ in held_out])
     with torch.no_grad():
         predicted = roberta.predict_label("sentence_classification_head", tokens)
-    accuracy = sum(int(p) == y for p, (_, y) in zip(predicted, held_out)) / len(held_out)
-    majority = max(sum(y for _, y in held_out), sum(1 - y for _, y in held_out)) / len(held_out)
+    accuracy = sum(p == y for p, (_, y) in zip(predicted, held_out)) / len(held_out)
+    majority = max(Counter(y for _, y in held_out).values()) / len(held_out)
     assert accuracy > majority + 0.1, (accuracy, majority)
 
 
@@ -203,3 +205,36 @@ def test_model_trains_under_fairseqs_builtin_masked_lm_task(workspace):
               *TINY_MODEL, *COMMON, "--tokens-per-sample", "64", "--batch-size", "16", "--lr", "1e-3",
               "--max-update", "10", "--save-dir", str(workspace["root"] / "builtin"))
     assert len(train_losses(log)) >= 1, log[-3000:]
+
+
+def test_fairseq_validate_reads_plugin_checkpoints(workspace, pretrained):
+    log = run("fairseq-validate", str(workspace["data"]), "--user-dir", USER_DIR, "--task", "roberta_ext_mlm",
+              "--path", str(pretrained["save_dir"] / "checkpoint_last.pt"), "--cpu", "--batch-size", "16",
+              "--tokens-per-sample", "64")
+    assert re.search(r"valid on 'valid' subset .*loss", log), log[-3000:]
+
+
+def test_sentence_pair_regression(workspace, pretrained, bpe_files):
+    """Pairs (input0 + input1) with a real-valued target: the sentence-length ratio."""
+    root = workspace["root"] / "regression"
+    data = root / "bin"
+    sentences = (workspace["root"] / "train.bpe").read_text().splitlines()[:400]  # already BPE-encoded
+    pairs = [(a, b) for a, b in zip(sentences[::2], sentences[1::2])]
+    root.mkdir()
+    for split, rows in (("train", pairs[:160]), ("valid", pairs[160:])):
+        write_lines(root / f"{split}.input0", [a for a, _ in rows])
+        write_lines(root / f"{split}.input1", [b for _, b in rows])
+        (data / "label").mkdir(parents=True, exist_ok=True)
+        write_lines(data / "label" / f"{split}.label", [f"{len(a.split()) / (len(a.split()) + len(b.split())):.3f}"
+                                                          for a, b in rows])
+    for column in ("input0", "input1"):
+        run("fairseq-preprocess", "--only-source", "--srcdict", str(bpe_files.dict_txt), "--trainpref",
+            str(root / f"train.{column}"), "--validpref", str(root / f"valid.{column}"),
+            "--destdir", str(data / column), "--workers", "1")
+    log = run("fairseq-train", str(data), "--task", "roberta_ext_classification", "--criterion",
+              "roberta_ext_classification", "--regression-target", "--num-classes", "1", *TINY_MODEL,
+              *[a for a in COMMON if a != "--disable-validation"], "--init-token", "0", "--separator-token", "2",
+              "--shorten-method", "truncate", "--batch-size", "16", "--lr", "1e-3", "--max-update", "20",
+              "--save-dir", str(root / "ckpt"), "--restore-file", str(pretrained["save_dir"] / "checkpoint_last.pt"),
+              "--reset-optimizer", "--reset-dataloader", "--reset-meters")
+    assert '"valid_pearson"' in log and '"valid_spearman"' in log, log[-3000:]
