@@ -1,10 +1,12 @@
 """Let fairseq 0.12 read its own checkpoints under torch 2.13, without unsafe loading.
 
 torch >= 2.6 loads with ``weights_only=True`` by default, and fairseq's
-``checkpoint_utils.load_checkpoint_to_cpu`` calls plain ``torch.load``. Every checkpoint
-fairseq writes holds objects that allowlist rejects (an ``argparse.Namespace`` in
-``cfg["model"]``, numpy scalars in the training state, omegaconf containers in older files), so
-resuming, ``--restore-file``, validation and ``from_pretrained`` all fail.
+``checkpoint_utils.load_checkpoint_to_cpu`` calls plain ``torch.load``. Checkpoints of
+argparse-configured models (fairseq's own ``roberta``, the 2019 release files) hold an
+``argparse.Namespace`` in ``args`` or ``cfg["model"]``, fairseq 0.10 files hold omegaconf
+containers, and training state may hold numpy scalars: that allowlist rejects all of them, so
+resuming, ``--restore-file``, validation and ``from_pretrained`` fail on such files. (The
+dataclass-configured ``roberta_ext`` model writes a plain-dict config.)
 
 The fix keeps torch's restricted unpickler and widens its allowlist — only while fairseq's
 loader runs — by the same inert globals our own loader admits (see

@@ -1,0 +1,55 @@
+"""fairseq's own checkpoint loader under torch 2.13: refused without the plugin, read with it,
+and still refusing code-running pickles."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("fairseq")
+
+from fairseq import checkpoint_utils  # noqa: E402
+
+import roberta_ext.fairseq_plugin  # noqa: E402,F401  (installs the compatibility wrapper)
+
+
+def original_loader():
+    return checkpoint_utils.load_checkpoint_to_cpu.__wrapped__
+
+
+@pytest.mark.parametrize("layout", ["modern", "legacy_args", "release2019", "dictconfig"])
+def test_fairseq_checkpoints_are_refused_by_plain_torch_and_read_with_the_plugin(fairseq_reference, layout):
+    path = str(Path(fairseq_reference[layout]) / "model.pt")
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        original_loader()(path)
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    assert "encoder.sentence_encoder.embed_tokens.weight" in state["model"] or any(
+        k.startswith("decoder.") for k in state["model"])
+    assert state["cfg"] is not None
+
+
+def test_installing_twice_wraps_once():
+    before = checkpoint_utils.load_checkpoint_to_cpu
+    roberta_ext.fairseq_plugin.checkpoint_compat.install()
+    assert checkpoint_utils.load_checkpoint_to_cpu is before
+
+
+class RunsCode:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_code_running_checkpoint_is_still_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "args": RunsCode(str(marker))}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
