@@ -76,8 +76,13 @@ class MultiheadSelfAttention(nn.Module):
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        """``x``: (B, T, C); ``attn_mask``: (B, 1, 1, T) bool, True where a key may be attended."""
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, seq_lens: list[int] | None = None
+    ) -> torch.Tensor:
+        """``x``: (B, T, C) with ``attn_mask`` (B, 1, 1, T) bool, True where a key may be attended;
+        or packed (N, C) — the real tokens of several sequences back to back — with ``seq_lens``."""
+        if seq_lens is not None:
+            return self._forward_packed(x, seq_lens)
         batch, length, _ = x.shape
 
         def split_heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, H, T, D)
@@ -90,6 +95,18 @@ class MultiheadSelfAttention(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, C)
         return self.out_proj(out)
+
+    def _forward_packed(self, x: torch.Tensor, seq_lens: list[int]) -> torch.Tensor:  # (N, C) -> (N, C)
+        # The projections run once over every real token; only the attention itself goes
+        # sequence by sequence, so no FLOP is spent on padding.
+        q, k, v = (proj(x).view(-1, self.num_heads, self.head_dim) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        dropout_p = self.dropout if self.training else 0.0
+        outs = [
+            F.scaled_dot_product_attention(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1),
+                                           dropout_p=dropout_p).transpose(0, 1)  # (L, H, D)
+            for qs, ks, vs in zip(q.split(seq_lens), k.split(seq_lens), v.split(seq_lens))
+        ]
+        return self.out_proj(torch.cat(outs).reshape(-1, self.embed_dim))
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -109,22 +126,30 @@ class TransformerEncoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.activation_dropout = nn.Dropout(cfg.activation_dropout)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:  # (B, T, C)
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, seq_lens: list[int] | None = None
+    ) -> torch.Tensor:
+        """``x``: (B, T, C) with ``attn_mask``, or packed (N, C) with ``seq_lens`` (see the attention)."""
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x = residual + self.dropout(self.self_attn(x, attn_mask))
+        x = residual + self.dropout(self.self_attn(x, attn_mask, seq_lens))
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
 
         residual = x
         if self.normalize_before:
             x = self.final_layer_norm(x)
-        x = self.activation_dropout(self.activation_fn(self.fc1(x)))  # (B, T, F)
+        x = self.activation_dropout(self.activation_fn(self.fc1(x)))  # (..., F)
         x = residual + self.dropout(self.fc2(x))
         if not self.normalize_before:
             x = self.final_layer_norm(x)
         return x
+
+
+PACKING_MIN_PADDING = 0.1
+"""Share of padding in a batch from which the encoder drops padding before the layers: below it,
+one batched attention call beats a call per sequence."""
 
 
 class TransformerEncoder(nn.Module):
@@ -161,13 +186,14 @@ class TransformerEncoder(nn.Module):
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         x = self.dropout(x)
-        attn_mask = None
         if has_pads:
             # fairseq zeroes padded positions once after the embeddings; do the same so that
             # every returned hidden state matches it position for position.
             x = x * (~padding_mask).unsqueeze(-1).type_as(x)
-            attn_mask = (~padding_mask)[:, None, None, :]  # (B, 1, 1, T)
+        if has_pads and float(padding_mask.float().mean()) >= PACKING_MIN_PADDING:
+            return self._forward_packed(x, padding_mask, return_all_hiddens)
 
+        attn_mask = (~padding_mask)[:, None, None, :] if has_pads else None  # (B, 1, 1, T)
         hiddens = [x] if return_all_hiddens else []
         for layer in self.layers:
             x = layer(x, attn_mask)
@@ -176,6 +202,28 @@ class TransformerEncoder(nn.Module):
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return x, hiddens
+
+    def _forward_packed(
+        self, x: torch.Tensor, padding_mask: torch.Tensor, return_all_hiddens: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The layer stack on real tokens only: (B, T, C) is packed to (N, C), and every output
+        is scattered back to (B, T, C) with zeros at padding positions."""
+        batch, length, dim = x.shape
+        keep = (~padding_mask).flatten().nonzero().squeeze(1)  # (N,) positions of real tokens in B*T
+        seq_lens = (~padding_mask).sum(dim=1).tolist()  # row b's tokens are contiguous once packed
+
+        def unpack(packed: torch.Tensor) -> torch.Tensor:  # (N, C) -> (B, T, C)
+            return packed.new_zeros(batch * length, dim).index_copy(0, keep, packed).view(batch, length, dim)
+
+        packed = x.reshape(batch * length, dim).index_select(0, keep)  # (N, C)
+        hiddens = [x] if return_all_hiddens else []
+        for layer in self.layers:
+            packed = layer(packed, None, seq_lens)
+            if return_all_hiddens:
+                hiddens.append(unpack(packed))
+        if self.layer_norm is not None:
+            packed = self.layer_norm(packed)
+        return unpack(packed), hiddens
 
 
 def init_bert_params(module: nn.Module) -> None:

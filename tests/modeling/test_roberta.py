@@ -174,3 +174,33 @@ def test_register_head_rejects_bad_arguments():
         model.register_classification_head("x")
     with pytest.raises(ValueError, match="name"):
         model.register_classification_head("a.b", num_classes=2)
+
+
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln):
+    """Batches with enough padding skip it (tokens packed, attention per sequence); the result
+    on real tokens must equal the masked full-batch computation, hidden states included."""
+    from roberta_ext.modeling import encoder
+
+    model = tiny(encoder_normalize_before=pre_ln)
+    batch = random_tokens([12, 3, 7, 12, 5])
+    real = batch.ne(PAD)
+    assert real.float().mean() < 1 - encoder.PACKING_MIN_PADDING  # packs by default
+    with torch.no_grad():
+        packed, extra_p = model(batch, features_only=True, return_all_hiddens=True)
+        monkeypatch.setattr(encoder, "PACKING_MIN_PADDING", 2.0)  # never pack
+        masked, extra_m = model(batch, features_only=True, return_all_hiddens=True)
+    torch.testing.assert_close(packed[real], masked[real], atol=1e-5, rtol=1e-5)
+    for hp, hm in zip(extra_p["inner_states"], extra_m["inner_states"], strict=True):
+        torch.testing.assert_close(hp[real], hm[real], atol=1e-5, rtol=1e-5)
+    assert packed[~real].abs().sum() == 0  # padding positions come back as zeros
+
+
+def test_packed_path_trains():
+    model = tiny()
+    model.train()
+    batch = random_tokens([10, 2, 6])
+    logits, _ = model(batch)
+    logits[batch.ne(PAD)].logsumexp(-1).sum().backward()
+    grad = model.encoder.sentence_encoder.layers[0].self_attn.q_proj.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
