@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=4, help="encoder layers (default: %(default)s)")
     parser.add_argument("--dim", type=int, default=128, help="model width; FFN is 4x, heads = dim/32 (default: %(default)s)")
     parser.add_argument("--tokens-per-sample", type=int, default=128, help="pretraining block length (default: %(default)s)")
-    parser.add_argument("--pretrain-updates", type=int, default=1000, help="pretraining updates (default: %(default)s)")
+    parser.add_argument("--pretrain-updates", type=int, default=800, help="pretraining updates (default: %(default)s)")
     parser.add_argument("--finetune-updates", type=int, default=200, help="fine-tuning updates (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak pretraining learning rate (default: %(default)s)")

@@ -238,3 +238,13 @@ def test_sentence_pair_regression(workspace, pretrained, bpe_files):
               "--save-dir", str(root / "ckpt"), "--restore-file", str(pretrained["save_dir"] / "checkpoint_last.pt"),
               "--reset-optimizer", "--reset-dataloader", "--reset-meters")
     assert '"valid_pearson"' in log and '"valid_spearman"' in log, log[-3000:]
+
+
+def test_model_trains_under_fairseqs_builtin_sentence_prediction_task(workspace, pretrained):
+    log = run("fairseq-train", str(workspace["cls_data"]), "--task", "sentence_prediction",
+              "--criterion", "sentence_prediction", *TINY_MODEL, *COMMON, "--num-classes", "2",
+              "--init-token", "0", "--separator-token", "2", "--batch-size", "32", "--lr", "1e-3",
+              "--max-update", "10", "--save-dir", str(workspace["root"] / "builtin_cls"),
+              "--restore-file", str(pretrained["save_dir"] / "checkpoint_last.pt"),
+              "--reset-optimizer", "--reset-dataloader", "--reset-meters")
+    assert len(train_losses(log)) >= 1 and '"accuracy"' in log, log[-3000:]
