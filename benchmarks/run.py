@@ -34,6 +34,7 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 import argparse  # noqa: E402
 import copy  # noqa: E402
 import datetime  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import platform  # noqa: E402
@@ -145,6 +146,21 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.0f} ms" if seconds >= 0.1 else f"{seconds * 1e3:.1f} ms"
 
 
+def cpu_snapshot() -> tuple[float, float, float]:
+    """(wall seconds, busy CPU seconds of the whole machine, CPU seconds of this process and its
+    finished children)."""
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, Path("/proc/stat").read_text().split()[1:8])
+    own = os.times()
+    return (time.monotonic(), (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK"),
+            own.user + own.system + own.children_user + own.children_system)
+
+
+def others_share(start: tuple[float, float, float], end: tuple[float, float, float]) -> float:
+    """Share of the machine's CPUs that other processes used between two snapshots."""
+    wall, busy, own = (b - a for a, b in zip(start, end))
+    return max(0.0, (busy - own) / (wall * (os.cpu_count() or 1)))
+
+
 # ---------------------------------------------------------------------- shared resources
 
 
@@ -202,7 +218,7 @@ class Workspace:
         stdlib = Path(sysconfig.get_paths()["stdlib"])
         code = (line for path in sorted(stdlib.glob("*/*.py"))
                 for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip())
-        for line in [doc for doc, _ in stdlib_docstrings()] + list(code):
+        for line in itertools.chain((doc for doc, _ in stdlib_docstrings()), code):
             if budget <= 0:
                 break
             lines.append(line)
@@ -760,8 +776,8 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0],
-                                     epilog="Ratios are peer time / our time (above 1: roberta_ext is faster).")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="shrink everything: a ~2 minute smoke run")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
                         help=f"run only these sections, of: {', '.join(SECTIONS)}")
@@ -788,7 +804,12 @@ def main(argv: list[str] | None = None) -> int:
             chosen.insert(0, "machine")
         for name in chosen:
             progress(f"== {name}")
+            before = cpu_snapshot()
             sections[name] = BENCHMARKS[name](scale, ws)
+            # Other work on the machine skews every figure: the record says how much there was.
+            share = sections[name].data["cpu_share_of_other_processes"] = others_share(before, cpu_snapshot())
+            progress(f"{name} done; other processes used {100 * share:.0f}% of the CPUs meanwhile"
+                     + (" (figures are noisy)" if share > 0.1 else ""))
             if name == "machine":
                 ws.fp32_gflops = sections[name].data["fp32_gflops"]
     payload = {

@@ -328,6 +328,7 @@ def from_pretrained(
     gpt2_encoder_json: str | None = None,
     gpt2_vocab_bpe: str | None = None,
     device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     offline: bool | None = None,
     **overrides: Any,
@@ -340,6 +341,8 @@ def from_pretrained(
     sentence-prediction fine-tuning, ``input0/dict.txt`` and ``label/dict.txt``; a path
     starting with ``.`` is relative to the model folder. GPT-2 BPE files are taken from
     ``gpt2_encoder_json``/``gpt2_vocab_bpe``, else from the model folder, else from the cache.
+    ``dtype=torch.bfloat16`` runs inference in bf16: faster on CPUs with AVX512-BF16/AMX and on
+    GPUs, at the cost of about three significant digits in the features.
 
     >>> import roberta_ext
     >>> roberta = roberta_ext.from_pretrained("/models/roberta.large")   # doctest: +SKIP
@@ -377,8 +380,8 @@ def from_pretrained(
     tokenizer = FairseqGPT2Tokenizer(GPT2BPE.from_files(encoder_json, vocab_bpe), dictionary)
     cfg = {"model": loaded.options, "task": loaded.task}
     hub = RobertaHubInterface(loaded.model, tokenizer, label_dictionary=labels, cfg=cfg)
-    if device is not None:
-        hub.to(device)
+    if device is not None or dtype is not None:
+        hub.to(device=device, dtype=dtype)
     return hub.eval()
 
 

@@ -216,3 +216,15 @@ def test_from_pretrained_downloads_an_archive_url_once_and_then_works_offline(tm
 def test_known_name_offline_and_not_cached_fails_at_once_naming_url_and_cache(tmp_path):
     with pytest.raises(Exception, match=r"roberta\.base\.tar\.gz(.|\n)*" + str(tmp_path / "cache")):
         roberta_ext.from_pretrained("roberta.base", cache_dir=tmp_path / "cache", offline=True)
+
+
+def test_bfloat16_inference_stays_close_to_float32(model_dir):
+    fp32 = roberta_ext.from_pretrained(str(model_dir))
+    bf16 = roberta_ext.from_pretrained(str(model_dir), dtype=torch.bfloat16)
+    tokens, _ = fp32.encode_batch(["Hello world!", "A somewhat longer sentence, with more tokens in it."])
+    a = fp32.extract_features(tokens)
+    b = bf16.extract_features(tokens)
+    assert b.dtype == torch.bfloat16
+    real = tokens.ne(fp32.dictionary.pad())
+    cosine = torch.nn.functional.cosine_similarity(a[real], b[real].float(), dim=-1)
+    assert cosine.min() > 0.99
