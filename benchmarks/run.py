@@ -15,11 +15,15 @@ Every contender gets the same weights and the same text. Contenders are timed in
 peer, ours, peer, ...) after one untimed warm-up call each, and the median is reported, so that
 load from other processes on the machine falls on all of them alike. A ratio is peer time / our
 time: above 1 we are faster. Everything is built here (vocabulary, text, models, data); nothing
-is downloaded. The printed table is Markdown, ready for ``docs/benchmarks.md``.
+is downloaded. The printed table is Markdown, ready for ``docs/benchmarks.md``; the JSON beside
+it holds every figure, the commit measured, and how much of the CPUs other work took meanwhile
+(figures taken on a busy machine are noisy: the packed padded batch suffers most).
 
-    .venv/bin/python -m benchmarks.run                 # all sections, ~10 minutes on 2 cores
-    .venv/bin/python -m benchmarks.run --quick         # everything shrunk: a ~2 minute smoke run
+    .venv/bin/python -m benchmarks.run                 # all sections, ~6 minutes on 2 quiet cores
+    .venv/bin/python -m benchmarks.run --quick         # everything shrunk: a 1-2 minute smoke run
     .venv/bin/python -m benchmarks.run --only tokenize features
+
+CPU only: the GPU figures that issue 4 also asks for are not measured here.
 """
 
 from __future__ import annotations
@@ -49,11 +53,12 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
-from functools import cached_property  # noqa: E402
+from functools import cached_property, partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 # Only the standard library and torch are imported at the top: the loading section starts fresh
 # processes through this module, and their baseline memory must be that of torch alone.
@@ -109,6 +114,8 @@ class Row:
 
 @dataclass
 class Section:
+    """What a benchmark returns: its rows of the table, and every figure for the JSON."""
+
     rows: list[Row] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -142,23 +149,37 @@ def mb_per_s(megabytes: float, seconds: float) -> str:
     return f"{megabytes / seconds:.2f} MB/s"
 
 
+def rates(megabytes: float, timings: Mapping[str, float]) -> dict[str, float]:
+    return {name: megabytes / seconds for name, seconds in timings.items()}
+
+
+def versus(label: str, timings: Mapping[str, float], peer: str, show: Callable[[float], str], *,
+           bold: bool = True) -> str:
+    """A peer's cell: ``label figure: ratio``, the ratio being the peer's time over ours."""
+    mark = "**" if bold else ""
+    return f"{label} {show(timings[peer])}: {mark}{ratio(timings[peer], timings['ours'])}{mark}"
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.0f} ms" if seconds >= 0.1 else f"{seconds * 1e3:.1f} ms"
 
 
-def cpu_snapshot() -> tuple[float, float, float]:
+def cpu_snapshot() -> tuple[float, float, float, float]:
     """(wall seconds, busy CPU seconds of the whole machine, CPU seconds of this process and its
-    finished children)."""
-    user, nice, system, _idle, _iowait, irq, softirq = map(int, Path("/proc/stat").read_text().split()[1:8])
+    finished children, CPU seconds a virtual machine's host took away: "steal")."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
     own = os.times()
-    return (time.monotonic(), (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK"),
-            own.user + own.system + own.children_user + own.children_system)
+    tick = os.sysconf("SC_CLK_TCK")
+    return (time.monotonic(), (user + nice + system + irq + softirq) / tick,
+            own.user + own.system + own.children_user + own.children_system, steal / tick)
 
 
-def others_share(start: tuple[float, float, float], end: tuple[float, float, float]) -> float:
-    """Share of the machine's CPUs that other processes used between two snapshots."""
-    wall, busy, own = (b - a for a, b in zip(start, end))
-    return max(0.0, (busy - own) / (wall * (os.cpu_count() or 1)))
+def contention(start: tuple[float, ...], end: tuple[float, ...]) -> dict[str, float]:
+    """Shares of the machine's CPUs used by other processes, and stolen by the host, between two
+    snapshots: how much other work could have skewed the figures taken in between."""
+    wall, busy, own, steal = (b - a for a, b in zip(start, end))
+    cpus = wall * (os.cpu_count() or 1)
+    return {"other_processes": max(0.0, (busy - own) / cpus), "host_steal": steal / cpus}
 
 
 # ---------------------------------------------------------------------- shared resources
@@ -183,7 +204,6 @@ class Workspace:
     def __init__(self, scale: Scale, root: Path) -> None:
         self.scale = scale
         self.root = root
-        self.fp32_gflops = 0.0  # set by the machine section, which runs before the features
 
     @cached_property
     def vocabulary(self) -> Vocabulary:
@@ -276,6 +296,13 @@ def encoder_args(layers: int, width: int) -> list[str]:
 # -------------------------------------------------------------------------------- machine
 
 
+def matmul(n: int, dtype: torch.dtype) -> tuple[Callable[[], object], float]:
+    """A call multiplying two n x n matrices of ``dtype`` (into a preallocated output), and its FLOPs."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)
+    return (lambda: torch.mm(a, b, out=out)), 2.0 * n**3
+
+
 def bench_machine(scale: Scale, _: Workspace) -> Section:
     """Matmul rates (the yardstick for the encoder's GFLOP/s), threads, CPU model and flags."""
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
@@ -294,10 +321,9 @@ def bench_machine(scale: Scale, _: Workspace) -> Section:
     }
     for dtype in (torch.float32, torch.bfloat16):
         for n in scale.matmul_sizes:
-            a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-            out = torch.empty(n, n, dtype=dtype)
-            seconds = alternate({"mm": lambda: torch.mm(a, b, out=out)}, max(scale.repeats, 5))["mm"]
-            data["matmul_gflops"][f"{str(dtype).removeprefix('torch.')}_{n}"] = 2 * n**3 / seconds / 1e9
+            call, flops = matmul(n, dtype)
+            seconds = alternate({"mm": call}, 10)["mm"]
+            data["matmul_gflops"][f"{str(dtype).removeprefix('torch.')}_{n}"] = flops / seconds / 1e9
     data["fp32_gflops"] = max(v for k, v in data["matmul_gflops"].items() if k.startswith("float32"))
     data["bf16_gflops"] = max(v for k, v in data["matmul_gflops"].items() if k.startswith("bfloat16"))
     progress(f"matmul: fp32 {data['fp32_gflops']:.0f} GFLOP/s, bf16 {data['bf16_gflops']:.0f} GFLOP/s")
@@ -316,22 +342,23 @@ def bench_machine(scale: Scale, _: Workspace) -> Section:
 
 
 def bench_tokenize(scale: Scale, ws: Workspace) -> Section:
-    """Ours against fairseq's hub (``encode``, batch encode) and against tiktoken and HF
-    ``tokenizers`` (raw BPE to GPT-2 ids), on ``ws.lines``."""
-    import tiktoken
+    """Text to ids on ``ws.lines``: our hub against fairseq's, then raw BPE against tiktoken and HF."""
+    progress(f"tokenize: {ws.megabytes:.2f} MB in {len(ws.lines)} lines")
+    hub, raw = tokenize_with_hubs(scale, ws), tokenize_raw_bpe(scale, ws)
+    return Section(hub.rows + raw.rows, {"megabytes": ws.megabytes, "lines": len(ws.lines), **hub.data, **raw.data})
+
+
+def tokenize_with_hubs(scale: Scale, ws: Workspace) -> Section:
+    """``encode`` per line, and a padded batch per ``scale.batch_lines`` lines: ours as users get it
+    (``roberta_ext.from_pretrained`` on a model folder; the model is tiny, only the tokenizer is
+    used), fairseq's ``RobertaHubInterface`` on the same dictionary and BPE files."""
     from fairseq.data.data_utils import collate_tokens
-    from tokenizers import ByteLevelBPETokenizer
 
     import roberta_ext
     from roberta_ext.checkpoints import save_roberta_checkpoint
     from roberta_ext.modeling import EncoderConfig, RobertaModel
-    from roberta_ext.tokenizers import GPT2BPE
-    from roberta_ext.tokenizers.gpt2_bpe import GPT2_SPLIT_PATTERN, bytes_to_unicode
 
     vocab, lines, megabytes = ws.vocabulary, ws.lines, ws.megabytes
-    progress(f"tokenize: {megabytes:.2f} MB in {len(lines)} lines")
-    # Ours as users get it: roberta_ext.from_pretrained on a model folder (a tiny model: only the
-    # tokenizer is used here); fairseq's RobertaHubInterface on the same dictionary and BPE files.
     model_dir = ws.root / "tokenize_model"
     model_dir.mkdir()
     for path in (vocab.encoder_json, vocab.vocab_bpe, vocab.dict_txt):
@@ -340,94 +367,112 @@ def bench_tokenize(scale: Scale, ws: Workspace) -> Section:
     save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("tiny", vocab_size=vocab_size)), model_dir / "model.pt")
     ours = roberta_ext.from_pretrained(model_dir)
     theirs = fairseq_hub(vocab.folder, ["--arch", "roberta_base", *encoder_args(1, 64)], vocab)
+    batches = [lines[i:i + scale.batch_lines] for i in range(0, len(lines), scale.batch_lines)]
+    shown = partial(mb_per_s, megabytes)
 
-    ours_ids = [ours.encode(line) for line in lines]
-    identical = all(torch.equal(a, theirs.encode(line)) for a, line in zip(ours_ids, lines))
+    def fairseq_batch(batch: list[str]) -> torch.Tensor:
+        # fairseq has no batch encode; its README pads a list of encode() results with collate_tokens.
+        return collate_tokens([theirs.encode(line) for line in batch], PAD)
+
+    identical = all(torch.equal(ours.encode(line), theirs.encode(line)) for line in lines)
+    batch_identical = all(torch.equal(ours.encode_batch(b)[0], fairseq_batch(b)) for b in batches)
     per_line = alternate({"ours": lambda: [ours.encode(line) for line in lines],
                           "fairseq": lambda: [theirs.encode(line) for line in lines]}, scale.repeats)
-    progress(f"encode: ours {mb_per_s(megabytes, per_line['ours'])}, fairseq {mb_per_s(megabytes, per_line['fairseq'])}")
-
-    batches = [lines[i:i + scale.batch_lines] for i in range(0, len(lines), scale.batch_lines)]
-    batch_identical = all(torch.equal(ours.encode_batch(b)[0], collate_tokens([theirs.encode(s) for s in b], PAD))
-                          for b in batches)
-    # fairseq has no batch encode; its README pads a list of encode() results with collate_tokens.
+    progress("encode: " + ", ".join(f"{k} {shown(v)}" for k, v in per_line.items()))
     batched = alternate({"ours": lambda: [ours.encode_batch(b) for b in batches],
-                         "fairseq": lambda: [collate_tokens([theirs.encode(s) for s in b], PAD) for b in batches]},
-                        scale.repeats)
-    progress(f"batch encode: ours {mb_per_s(megabytes, batched['ours'])}, "
-             f"fairseq {mb_per_s(megabytes, batched['fairseq'])}")
+                         "fairseq": lambda: [fairseq_batch(b) for b in batches]}, scale.repeats)
+    progress("batch encode: " + ", ".join(f"{k} {shown(v)}" for k, v in batched.items()))
 
-    # Raw BPE, text -> GPT-2 ids, one thread each, on the same encoder.json / vocab.bpe.
-    bpe = GPT2BPE.from_files(vocab.encoder_json, vocab.vocab_bpe)  # a fresh instance: its own cache
+    def same(equal: bool) -> str:
+        return ", ids identical" if equal else ", IDS DIFFER"
+
+    rows = [
+        Row("`encode`: text -> tensor of fairseq ids, per line", shown(per_line["ours"]) + same(identical),
+            versus("fairseq hub", per_line, "fairseq", shown),
+            ">= 3x fairseq, ids identical", per_line["fairseq"] / per_line["ours"] >= 3 and identical),
+        Row(f"batch encode: {scale.batch_lines} lines -> padded tensor",
+            shown(batched["ours"]) + same(batch_identical),
+            versus("fairseq encode + collate_tokens", batched, "fairseq", shown),
+            ">= 5x fairseq", batched["fairseq"] / batched["ours"] >= 5 and batch_identical),
+    ]
+    data = {"batch_lines": scale.batch_lines, "encode_mb_s": rates(megabytes, per_line),
+            "encode_ids_identical": identical, "batch_encode_mb_s": rates(megabytes, batched),
+            "batch_ids_identical": batch_identical}
+    return Section(rows, data)
+
+
+def tokenize_raw_bpe(scale: Scale, ws: Workspace) -> Section:
+    """Text -> GPT-2 ids on one thread each, from the same ``encoder.json``/``vocab.bpe``: our
+    ``GPT2BPE``, tiktoken (ranks = the ids of ``encoder.json``) and HF's byte-level BPE. Also counts
+    the lines on which a peer's ids differ from ours: tiktoken merges by the rank of the merged
+    token, GPT-2 by the rank of the pair, which disagree in rare cases."""
+    import tiktoken
+    from tokenizers import ByteLevelBPETokenizer
+
+    from roberta_ext.tokenizers import GPT2BPE
+    from roberta_ext.tokenizers.gpt2_bpe import GPT2_SPLIT_PATTERN, bytes_to_unicode
+
+    vocab, lines, megabytes = ws.vocabulary, ws.lines, ws.megabytes
+    bpe = GPT2BPE.from_files(vocab.encoder_json, vocab.vocab_bpe)
     byte_of = {symbol: byte for byte, symbol in bytes_to_unicode().items()}
     encoder = json.loads(vocab.encoder_json.read_text(encoding="utf-8"))
     tik = tiktoken.Encoding("roberta_ext_bench", pat_str=GPT2_SPLIT_PATTERN, special_tokens={},
                             mergeable_ranks={bytes(byte_of[c] for c in token): i for token, i in encoder.items()})
     hf = ByteLevelBPETokenizer(str(vocab.encoder_json), str(vocab.vocab_bpe), add_prefix_space=False)
-    raw = alternate({"ours": lambda: [bpe.encode(line) for line in lines],
-                     "tiktoken": lambda: [tik.encode_ordinary(line) for line in lines],
-                     # encode_batch is HF's fastest path; with RAYON_RS_NUM_CPUS=1 it uses one thread.
-                     "hf_tokenizers": lambda: hf.encode_batch(lines, add_special_tokens=False)}, scale.repeats)
-    progress("raw BPE: " + ", ".join(f"{k} {mb_per_s(megabytes, v)}" for k, v in raw.items()))
-    reference = [bpe.encode(line) for line in lines]
-    disagree = {
-        "tiktoken": [i for i, (a, line) in enumerate(zip(reference, lines)) if a != tik.encode_ordinary(line)],
-        "hf_tokenizers": [i for i, (a, e) in enumerate(zip(reference, hf.encode_batch(lines, add_special_tokens=False)))
-                          if a != e.ids],
+    encoders: dict[str, Callable[[], list[list[int]]]] = {
+        "ours": lambda: [bpe.encode(line) for line in lines],
+        "tiktoken": lambda: [tik.encode_ordinary(line) for line in lines],
+        # encode_batch is HF's fastest path; with RAYON_RS_NUM_CPUS=1 it runs on one thread.
+        "hf_tokenizers": lambda: [e.ids for e in hf.encode_batch(lines, add_special_tokens=False)],
     }
-
-    def rates(timings: dict[str, float]) -> dict[str, float]:
-        return {name: megabytes / seconds for name, seconds in timings.items()}
-
-    data = {
-        "megabytes": megabytes, "lines": len(lines), "batch_lines": scale.batch_lines,
-        "encode_mb_s": rates(per_line), "encode_ids_identical": identical,
-        "batch_encode_mb_s": rates(batched), "batch_ids_identical": batch_identical,
-        "raw_bpe_mb_s": rates(raw),
-        "raw_bpe_lines_differing": {k: len(v) for k, v in disagree.items()},
-        "raw_bpe_first_differing_line": {k: lines[v[0]][:200] if v else None for k, v in disagree.items()},
-    }
-    encode_ratio = per_line["fairseq"] / per_line["ours"]
-    batch_ratio = batched["fairseq"] / batched["ours"]
-    tik_ratio = raw["tiktoken"] / raw["ours"]
+    ids = {name: encode() for name, encode in encoders.items()}
+    differing = {name: [i for i, (a, b) in enumerate(zip(ids["ours"], ids[name])) if a != b]
+                 for name in ("tiktoken", "hf_tokenizers")}
+    timings = alternate(encoders, scale.repeats)
+    shown = partial(mb_per_s, megabytes)
+    progress("raw BPE: " + ", ".join(f"{k} {shown(v)}" for k, v in timings.items()))
     rows = [
-        Row("`encode`: text -> tensor of fairseq ids, per line",
-            mb_per_s(megabytes, per_line["ours"]) + (", ids identical" if identical else ", IDS DIFFER"),
-            f"fairseq hub {mb_per_s(megabytes, per_line['fairseq'])}: **{ratio(per_line['fairseq'], per_line['ours'])}**",
-            ">= 3x fairseq, ids identical", encode_ratio >= 3 and identical),
-        Row(f"batch encode: {scale.batch_lines} lines -> padded tensor",
-            mb_per_s(megabytes, batched["ours"]) + (", ids identical" if batch_identical else ", IDS DIFFER"),
-            f"fairseq encode + collate_tokens {mb_per_s(megabytes, batched['fairseq'])}: "
-            f"**{ratio(batched['fairseq'], batched['ours'])}**",
-            ">= 5x fairseq", batch_ratio >= 5 and batch_identical),
-        Row("raw BPE: text -> GPT-2 ids, 1 thread", mb_per_s(megabytes, raw["ours"]),
-            f"tiktoken {mb_per_s(megabytes, raw['tiktoken'])}: **{ratio(raw['tiktoken'], raw['ours'])}**; "
-            f"HF tokenizers {mb_per_s(megabytes, raw['hf_tokenizers'])}: {ratio(raw['hf_tokenizers'], raw['ours'])}",
-            ">= 0.9x tiktoken", tik_ratio >= 0.9),
+        Row("raw BPE: text -> GPT-2 ids, 1 thread", shown(timings["ours"]),
+            f"{versus('tiktoken', timings, 'tiktoken', shown)}; "
+            f"{versus('HF tokenizers', timings, 'hf_tokenizers', shown, bold=False)}",
+            ">= 0.9x tiktoken", timings["tiktoken"] / timings["ours"] >= 0.9),
         Row("lines whose ids differ from ours", "-",
-            f"tiktoken {len(disagree['tiktoken'])} of {len(lines)} "
-            f"({100 * len(disagree['tiktoken']) / len(lines):.2f}%); HF tokenizers {len(disagree['hf_tokenizers'])}"),
+            "; ".join(f"{name} {len(d)} of {len(lines)} ({100 * len(d) / len(lines):.2f}%)"
+                      for name, d in differing.items())),
     ]
+    data = {"raw_bpe_mb_s": rates(megabytes, timings),
+            "raw_bpe_lines_differing": {name: len(d) for name, d in differing.items()},
+            "raw_bpe_first_differing_line": {name: lines[d[0]][:200] if d else None for name, d in differing.items()}}
     return Section(rows, data)
 
 
 # ------------------------------------------------------------------------------- features
 
-# fairseq (and our) key pattern -> transformers RobertaModel key. Keys that match none (the LM
-# head, the format version) have no counterpart in RobertaModel and are left out.
-HF_KEY_MAP: list[tuple[str, str]] = [
-    (r"^encoder\.sentence_encoder\.embed_tokens\.", "embeddings.word_embeddings."),
-    (r"^encoder\.sentence_encoder\.embed_positions\.", "embeddings.position_embeddings."),
-    (r"^encoder\.sentence_encoder\.layernorm_embedding\.", "embeddings.LayerNorm."),
-    (r"^encoder\.sentence_encoder\.layers\.(\d+)\.self_attn\.q_proj\.", r"encoder.layer.\1.attention.self.query."),
-    (r"^encoder\.sentence_encoder\.layers\.(\d+)\.self_attn\.k_proj\.", r"encoder.layer.\1.attention.self.key."),
-    (r"^encoder\.sentence_encoder\.layers\.(\d+)\.self_attn\.v_proj\.", r"encoder.layer.\1.attention.self.value."),
-    (r"^encoder\.sentence_encoder\.layers\.(\d+)\.self_attn\.out_proj\.", r"encoder.layer.\1.attention.output.dense."),
-    (r"^encoder\.sentence_encoder\.layers\.(\d+)\.self_attn_layer_norm\.", r"encoder.layer.\1.attention.output.LayerNorm."),
-    (r"^encoder\.sentence_encoder\.layers\.(\d+)\.fc1\.", r"encoder.layer.\1.intermediate.dense."),
-    (r"^encoder\.sentence_encoder\.layers\.(\d+)\.fc2\.", r"encoder.layer.\1.output.dense."),
-    (r"^encoder\.sentence_encoder\.layers\.(\d+)\.final_layer_norm\.", r"encoder.layer.\1.output.LayerNorm."),
-]
+# Our (= fairseq's) module names -> transformers' RobertaModel names, for the embeddings and for
+# each layer. The LM head and fairseq's format version have no counterpart there and stay out.
+HF_EMBEDDING_NAMES = {"embed_tokens": "word_embeddings", "embed_positions": "position_embeddings",
+                      "layernorm_embedding": "LayerNorm"}
+HF_LAYER_NAMES = {
+    "self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "attention.self.key",
+    "self_attn.v_proj": "attention.self.value", "self_attn.out_proj": "attention.output.dense",
+    "self_attn_layer_norm": "attention.output.LayerNorm", "fc1": "intermediate.dense",
+    "fc2": "output.dense", "final_layer_norm": "output.LayerNorm",
+}
+
+
+def transformers_key(key: str) -> str | None:
+    """The transformers name of one of our state-dict keys, or None where it has none.
+
+    >>> transformers_key("encoder.sentence_encoder.layers.3.fc1.weight")
+    'encoder.layer.3.intermediate.dense.weight'
+    """
+    match = re.fullmatch(r"encoder\.sentence_encoder\.(?:layers\.(\d+)\.)?(.+)\.(weight|bias)", key)
+    if match is None:
+        return None
+    layer, module, kind = match.groups()
+    if layer is None:
+        return f"embeddings.{HF_EMBEDDING_NAMES[module]}.{kind}" if module in HF_EMBEDDING_NAMES else None
+    return f"encoder.layer.{layer}.{HF_LAYER_NAMES[module]}.{kind}" if module in HF_LAYER_NAMES else None
 
 
 def transformers_roberta(state_dict: Mapping[str, torch.Tensor], layers: int) -> Any:
@@ -439,12 +484,7 @@ def transformers_roberta(state_dict: Mapping[str, torch.Tensor], layers: int) ->
     config = RobertaConfig(vocab_size=BASE_VOCAB, hidden_size=768, num_hidden_layers=layers, num_attention_heads=12,
                            intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1, pad_token_id=PAD,
                            layer_norm_eps=1e-5, hidden_act="gelu", attn_implementation="sdpa")
-    converted = {}
-    for key, tensor in state_dict.items():
-        for pattern, replacement in HF_KEY_MAP:
-            if re.match(pattern, key):
-                converted[re.sub(pattern, replacement, key)] = tensor
-                break
+    converted = {name: tensor for key, tensor in state_dict.items() if (name := transformers_key(key))}
     converted["embeddings.token_type_embeddings.weight"] = torch.zeros(1, 768)
     model = HFRobertaModel(config, add_pooling_layer=False)
     model.load_state_dict(converted, strict=True)
@@ -467,88 +507,101 @@ def encoder_flops(lengths: Sequence[int], layers: int, width: int = 768, ffn: in
 
 
 def bench_features(scale: Scale, ws: Workspace) -> Section:
-    """``extract_features`` of ours, fairseq's hub and transformers on identical weights."""
+    """``extract_features`` of ours, fairseq's hub and transformers on identical weights: a full
+    batch, a padded one, and ours in bf16 against ours in fp32."""
+    ours, contenders = feature_contenders(scale.feature_layers, ws)
+    generator = torch.Generator().manual_seed(0)
+    full = features_on("full batch", random_batch([128] * 8, generator), contenders, scale)
+    padded = features_on("padded batch", random_batch([16 * (i + 1) for i in range(8)], generator), contenders, scale)
+    bf16 = features_bf16(ours, random_batch([128] * 8, generator), scale)
+    full_s, padded_s = full["seconds"], padded["seconds"]
+
+    def peers(timings: Mapping[str, float]) -> str:
+        return " · ".join(versus(peer, timings, peer, ms) for peer in ("fairseq", "transformers"))
+
+    rows = [
+        Row("`extract_features` fp32, full batch 8 x 128", ms(full_s["ours"]), peers(full_s),
+            ">= 1.0x fairseq and transformers", min(full_s["fairseq"], full_s["transformers"]) >= full_s["ours"]),
+        Row("achieved GFLOP/s, full batch",
+            f"{full['ours_gflops']:.0f} GFLOP/s = {100 * full['ours_fraction_of_fp32_matmul']:.0f}% of fp32 matmul "
+            f"({full['fp32_matmul_gflops']:.0f} GFLOP/s, timed in the same rounds)",
+            target=">= 85% of fp32 matmul", met=full["ours_fraction_of_fp32_matmul"] >= 0.85),
+        Row("`extract_features` fp32, padded batch (8 rows, lengths 16..128)",
+            f"{ms(padded_s['ours'])} ({padded['ours_gflops']:.0f} GFLOP/s on real tokens)", peers(padded_s),
+            ">= 1.5x fairseq", padded_s["fairseq"] / padded_s["ours"] >= 1.5),
+        *bf16.rows,
+    ]
+    return Section(rows, {"layers": scale.feature_layers, "full": full, "padded": padded, "bf16": bf16.data})
+
+
+def feature_contenders(layers: int, ws: Workspace) -> tuple[Any, dict[str, Callable[[torch.Tensor], torch.Tensor]]]:
+    """Our hub, and tokens -> last-layer features (B, T, C) for ours, fairseq's hub and
+    transformers, all three holding the same random weights at base width."""
     from roberta_ext.hub import RobertaHubInterface
     from roberta_ext.modeling import EncoderConfig, RobertaModel
-    from roberta_ext.modeling.encoder import init_bert_params
     from roberta_ext.tokenizers import Dictionary, FairseqGPT2Tokenizer, GPT2BPE
 
-    layers = scale.feature_layers
     vocab = ws.vocabulary
     folder = padded_dictionary(ws.root / "features_dict", dictionary_symbols(vocab.dict_txt), BASE_VOCAB)
     progress(f"features: building three {layers} x 768 models with the same weights")
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset("base", encoder_layers=layers))
-    model.apply(init_bert_params)
+    model = RobertaModel(EncoderConfig.preset("base", encoder_layers=layers))  # BERT's initialisation
     dictionary = Dictionary.load(folder / "dict.txt")
     dictionary.add_symbol("<mask>")
-    ours = RobertaHubInterface(model, FairseqGPT2Tokenizer(GPT2BPE.from_files(vocab.encoder_json, vocab.vocab_bpe),
-                                                           dictionary)).eval()
+    tokenizer = FairseqGPT2Tokenizer(GPT2BPE.from_files(vocab.encoder_json, vocab.vocab_bpe), dictionary)
+    ours = RobertaHubInterface(model, tokenizer).eval()
     theirs = fairseq_hub(folder, ["--arch", "roberta_base", "--encoder-layers", str(layers)])
     theirs.model.load_state_dict(model.state_dict(), strict=True)
     hf = transformers_roberta(model.state_dict(), layers)
-
-    generator = torch.Generator().manual_seed(0)
-    inputs = {
-        "full": random_batch([128] * 8, generator),
-        "padded": random_batch([16 * (i + 1) for i in range(8)], generator),  # 16, 32, ..., 128
-    }
-    contenders = {
-        "ours": lambda tokens: ours.extract_features(tokens),
-        "fairseq": lambda tokens: theirs.extract_features(tokens),
+    return ours, {
+        "ours": ours.extract_features,
+        "fairseq": theirs.extract_features,
         "transformers": lambda tokens: hf(input_ids=tokens, attention_mask=tokens.ne(PAD)).last_hidden_state,
     }
-    fp32_rate = ws.fp32_gflops
-    data: dict[str, Any] = {"layers": layers, "fp32_matmul_gflops": fp32_rate}
-    rows = []
-    with torch.no_grad():
-        for name, tokens in inputs.items():
-            real = tokens.ne(PAD)
-            lengths = real.sum(dim=1).tolist()
-            reference = contenders["ours"](tokens)[real]
-            max_diff = {peer: float((call(tokens)[real] - reference).abs().max())
-                        for peer, call in contenders.items() if peer != "ours"}
-            if max(max_diff.values()) > 1e-3:
-                raise AssertionError(f"features of the {name} batch disagree with ours: max |diff| {max_diff}")
-            progress(f"{name} batch {tuple(tokens.shape)}, {sum(lengths)} real tokens: features agree "
-                     f"(max |diff| {max(max_diff.values()):.1e}); timing")
-            timings = alternate({peer: (lambda call=call: call(tokens)) for peer, call in contenders.items()},
-                                scale.repeats)
-            gflops = encoder_flops(lengths, layers) / timings["ours"] / 1e9
-            data[name] = {"shape": list(tokens.shape), "real_tokens": sum(lengths), "seconds": timings,
-                          "max_abs_diff": max_diff, "ours_gflops": gflops,
-                          "ours_fraction_of_fp32_matmul": gflops / fp32_rate}
-            progress(f"{name}: " + ", ".join(f"{k} {ms(v)}" for k, v in timings.items()))
-            peers = " · ".join(f"{peer} {ms(timings[peer])}: **{ratio(timings[peer], timings['ours'])}**"
-                               for peer in ("fairseq", "transformers"))
-            shape = "8 x 128" if name == "full" else "8 rows, lengths 16..128"
-            if name == "full":
-                rows.append(Row(f"`extract_features` fp32, full batch {shape}", ms(timings["ours"]), peers,
-                                ">= 1.0x fairseq and transformers",
-                                min(timings["fairseq"], timings["transformers"]) >= timings["ours"]))
-                rows.append(Row("achieved GFLOP/s, full batch",
-                                f"{gflops:.0f} GFLOP/s = {100 * gflops / fp32_rate:.0f}% of fp32 matmul",
-                                target=">= 85% of fp32 matmul", met=gflops / fp32_rate >= 0.85))
-            else:
-                rows.append(Row(f"`extract_features` fp32, padded batch ({shape})",
-                                f"{ms(timings['ours'])} ({gflops:.0f} GFLOP/s on real tokens)", peers,
-                                ">= 1.5x fairseq", timings["fairseq"] / timings["ours"] >= 1.5))
 
-        tokens = inputs["full"]
-        fp32_features = ours.extract_features(tokens)
-        ours_bf16 = copy.deepcopy(ours).to(torch.bfloat16)
-        cosine = torch.nn.functional.cosine_similarity(ours_bf16.extract_features(tokens).float(), fp32_features, dim=-1)
+
+def features_on(label: str, tokens: torch.Tensor, contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
+                scale: Scale) -> dict[str, Any]:
+    """Check that every contender's features equal ours on the real tokens (within 1e-3), then
+    time them, in turns with an fp32 matmul: the yardstick of our GFLOP/s, measured in the same
+    rounds so that both see the same machine (its speed drifts from minute to minute)."""
+    real = tokens.ne(PAD)
+    lengths = real.sum(dim=1).tolist()
+    matmul_call, matmul_flops = matmul(2048, torch.float32)
+    with torch.no_grad():
+        reference = contenders["ours"](tokens)[real]
+        max_diff = {peer: float((call(tokens)[real] - reference).abs().max())
+                    for peer, call in contenders.items() if peer != "ours"}
+        if max(max_diff.values()) > 1e-3:
+            raise AssertionError(f"features of the {label} disagree with ours: max |diff| {max_diff}")
+        progress(f"{label}: {sum(lengths)} real tokens, features agree (max |diff| {max(max_diff.values()):.1e}); "
+                 "timing")
+        timings = alternate({**{name: partial(call, tokens) for name, call in contenders.items()},
+                             "matmul": matmul_call}, scale.repeats)
+    fp32_rate = matmul_flops / timings.pop("matmul") / 1e9
+    gflops = encoder_flops(lengths, scale.feature_layers) / timings["ours"] / 1e9
+    progress(f"{label}: " + ", ".join(f"{name} {ms(t)}" for name, t in timings.items()))
+    return {"shape": list(tokens.shape), "real_tokens": sum(lengths), "seconds": timings, "max_abs_diff": max_diff,
+            "ours_gflops": gflops, "fp32_matmul_gflops": fp32_rate, "ours_fraction_of_fp32_matmul": gflops / fp32_rate}
+
+
+def features_bf16(ours: Any, tokens: torch.Tensor, scale: Scale) -> Section:
+    """Our hub cast to bf16 against itself in fp32: speed, and cosine similarity of each token's
+    features to fp32's."""
+    ours_bf16 = copy.deepcopy(ours).to(torch.bfloat16)
+    with torch.no_grad():
+        features = ours.extract_features(tokens)
+        cosine = F.cosine_similarity(ours_bf16.extract_features(tokens).float(), features, dim=-1)  # (B, T)
         progress(f"bf16: cosine to fp32 mean {float(cosine.mean()):.5f}, min {float(cosine.min()):.5f}; timing")
-        timings = alternate({"fp32": lambda: ours.extract_features(tokens),
-                             "bf16": lambda: ours_bf16.extract_features(tokens)}, scale.repeats)
-    speedup = timings["fp32"] / timings["bf16"]
-    data["bf16"] = {"seconds": timings, "speedup": speedup, "cosine_mean": float(cosine.mean()),
-                    "cosine_min": float(cosine.min())}
-    rows.append(Row("bf16 (`.to(torch.bfloat16)`), full batch",
-                    f"{ms(timings['bf16'])}; cosine to fp32 mean {float(cosine.mean()):.4f}, min {float(cosine.min()):.4f}",
-                    f"ours fp32 {ms(timings['fp32'])}: **{speedup:.2f}x**", ">= 1.8x our fp32, cosine >= 0.999",
-                    speedup >= 1.8 and float(cosine.mean()) >= 0.999))
-    return Section(rows, data)
+        timings = alternate({"ours": partial(ours.extract_features, tokens),
+                             "bf16": partial(ours_bf16.extract_features, tokens)}, scale.repeats)
+    speedup = timings["ours"] / timings["bf16"]
+    mean, low = float(cosine.mean()), float(cosine.min())
+    row = Row("bf16 (`.to(torch.bfloat16)`), full batch 8 x 128",
+              f"{ms(timings['bf16'])}; cosine to fp32 mean {mean:.4f}, min {low:.4f}",
+              f"ours fp32 {ms(timings['ours'])}: **{speedup:.2f}x**", ">= 1.8x our fp32, cosine >= 0.999",
+              speedup >= 1.8 and mean >= 0.999)
+    return Section([row], {"seconds": timings, "speedup": speedup, "cosine_mean": mean, "cosine_min": low})
 
 
 # ---------------------------------------------------------------------------------- train
@@ -581,23 +634,9 @@ def train_inner_records(log: str) -> list[dict[str, float]]:
 
 
 def bench_train(scale: Scale, ws: Workspace) -> Section:
-    """fairseq-train words/s: our plugin's model, task and criterion against fairseq's masked_lm."""
-    from roberta_ext.data.masking import BatchMasker, MaskingConfig
-    from roberta_ext.tokenizers import GPT2BPE
-
-    vocab = ws.vocabulary
-    data = ws.root / "train_data"
-    bpe = GPT2BPE.from_files(vocab.encoder_json, vocab.vocab_bpe)
-    text = ws.root / "train_text"
-    text.mkdir()
-    split = len(ws.lines) * 9 // 10
-    for name, part in (("train", ws.lines[:split]), ("valid", ws.lines[split:])):
-        (text / f"{name}.bpe").write_text("".join(bpe.encode_fairseq_string(line) + "\n" for line in part))
-    progress("train: fairseq-preprocess")
-    run_command([str(BIN / "fairseq-preprocess"), "--only-source", "--srcdict", str(vocab.dict_txt),
-                 "--trainpref", str(text / "train.bpe"), "--validpref", str(text / "valid.bpe"),
-                 "--destdir", str(data), "--workers", "1"])
-
+    """fairseq-train words/s: our plugin's model, task and criterion against fairseq's masked_lm at
+    the same config, in alternating runs; and masking's share of our training step."""
+    data = binarized_data(ws)
     layers, width = scale.train_shape
     batch, block = 16, 128
     common = [str(BIN / "fairseq-train"), str(data), "--cpu", "--num-workers", "0", "--seed", "1",
@@ -621,21 +660,9 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
     wps = {name: statistics.median(r["wps"] for r in recs) for name, recs in records.items()}
     step_s = {name: statistics.median(r["wpb"] / r["wps"] for r in recs) for name, recs in records.items()}
     progress(f"train: ours {wps['ours']:.0f} wps, fairseq {wps['fairseq']:.0f} wps")
-
-    # Masking as the plugin's collater runs it: one BatchMasker call on a (batch, block) batch.
-    vocab_size = len(dictionary_symbols(vocab.dict_txt)) + 5
-    generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(4, vocab_size - 1, (batch, block), generator=generator)
-    tokens[:, 0] = 0
-    masker = BatchMasker(MaskingConfig(), vocab_size=vocab_size, mask_idx=vocab_size - 1, pad_idx=PAD,
-                         special_ids=[0, 1, 2, 3, vocab_size - 1])
-    epochs = iter(range(10**9))
-    masking_s = alternate({"mask": lambda: masker(tokens, torch.arange(batch), next(epochs))},
-                          max(50, scale.repeats))["mask"]
+    masking_s = masking_seconds(len(dictionary_symbols(ws.vocabulary.dict_txt)) + 5, batch, block)
     share = masking_s / step_s["ours"]
     config = f"{layers} x {width}, {batch} x {block} tokens, {scale.train_updates} updates"
-    section_data = {"config": config, "runs": scale.train_runs, "wps": wps, "step_seconds": step_s,
-                    "records": len(records["ours"]), "masking_seconds": masking_s, "masking_share": share}
     rows = [
         Row(f"`fairseq-train` words/s ({config})", f"{wps['ours']:.0f} wps",
             f"fairseq `roberta_base` + `masked_lm` {wps['fairseq']:.0f} wps: **{wps['ours'] / wps['fairseq']:.2f}x**",
@@ -643,7 +670,39 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
         Row("masking share of a training step", f"{ms(masking_s)} of {ms(step_s['ours'])} = {100 * share:.2f}%",
             target="< 5%", met=share < 0.05),
     ]
-    return Section(rows, section_data)
+    return Section(rows, {"config": config, "runs": scale.train_runs, "wps": wps, "step_seconds": step_s,
+                          "records": len(records["ours"]), "masking_seconds": masking_s, "masking_share": share})
+
+
+def binarized_data(ws: Workspace) -> Path:
+    """``ws.lines`` BPE-encoded (9/10 train, 1/10 valid) and binarized by ``fairseq-preprocess``."""
+    from roberta_ext.tokenizers import GPT2BPE
+
+    vocab = ws.vocabulary
+    bpe = GPT2BPE.from_files(vocab.encoder_json, vocab.vocab_bpe)
+    text, data = ws.root / "train_text", ws.root / "train_data"
+    text.mkdir()
+    split = len(ws.lines) * 9 // 10
+    for name, part in (("train", ws.lines[:split]), ("valid", ws.lines[split:])):
+        (text / f"{name}.bpe").write_text("".join(bpe.encode_fairseq_string(line) + "\n" for line in part))
+    progress("train: fairseq-preprocess")
+    run_command([str(BIN / "fairseq-preprocess"), "--only-source", "--srcdict", str(vocab.dict_txt),
+                 "--trainpref", str(text / "train.bpe"), "--validpref", str(text / "valid.bpe"),
+                 "--destdir", str(data), "--workers", "1"])
+    return data
+
+
+def masking_seconds(vocab_size: int, batch: int, block: int) -> float:
+    """Median seconds of one ``BatchMasker`` call (default token masking, as the training runs
+    use) on a full (batch, block) batch: what the plugin's collater adds to each step."""
+    from roberta_ext.data.masking import BatchMasker, MaskingConfig
+
+    tokens = torch.randint(4, vocab_size - 1, (batch, block), generator=torch.Generator().manual_seed(0))
+    tokens[:, 0] = 0
+    masker = BatchMasker(MaskingConfig(), vocab_size=vocab_size, mask_idx=vocab_size - 1, pad_idx=PAD,
+                         special_ids=[0, 1, 2, 3, vocab_size - 1])
+    epochs = iter(range(10**9))
+    return alternate({"mask": lambda: masker(tokens, torch.arange(batch), next(epochs))}, 50)["mask"]
 
 
 # ----------------------------------------------------------------------------------- load
@@ -711,7 +770,8 @@ def bench_load(scale: Scale, ws: Workspace) -> Section:
         size = path.stat().st_size
 
         def worker(kind: str) -> dict[str, float]:
-            argv = [sys.executable, "-m", "benchmarks.run", "--load-worker", kind, str(path), str(dict_dir), str(layers)]
+            argv = [sys.executable, "-m", "benchmarks.run", "--load-worker", kind, str(path), str(dict_dir),
+                    str(layers)]
             return json.loads(run_command(argv).strip().splitlines()[-1])
 
         baseline = worker("baseline")["peak_after_load"]  # a process that imported torch and nothing else
@@ -753,6 +813,16 @@ BENCHMARKS: dict[str, Callable[[Scale, Workspace], Section]] = {
 }
 
 
+def code_version() -> dict[str, Any]:
+    """The commit measured, and whether roberta_ext/ had uncommitted changes."""
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "uncommitted_changes": bool(git("status", "--porcelain", "roberta_ext"))}
+
+
 def table(sections: Mapping[str, Section]) -> str:
     """The results as a Markdown table."""
     lines = ["| section | measure | ours | peers (ratio = peer time / our time) | target | status |",
@@ -778,12 +848,12 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="shrink everything: a ~2 minute smoke run")
+    parser.add_argument("--quick", action="store_true", help="shrink everything: a 1-2 minute smoke run")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
                         help=f"run only these sections, of: {', '.join(SECTIONS)}")
-    parser.add_argument("--out", type=Path, help="JSON results file (default: benchmarks/results/cpu-DATE.json for a "
-                                                 "full run of every section, else benchmarks/results/scratch-DATE.json, "
-                                                 "which git ignores)")
+    parser.add_argument("--out", type=Path,
+                        help="JSON results file (default: benchmarks/results/cpu-DATE.json for a full run of every "
+                             "section, else benchmarks/results/scratch-DATE.json, which git ignores)")
     parser.add_argument("--load-worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.load_worker:
@@ -799,28 +869,26 @@ def main(argv: list[str] | None = None) -> int:
     sections: dict[str, Section] = {}
     with tempfile.TemporaryDirectory(prefix="roberta_ext_bench_") as tmp:
         ws = Workspace(scale, Path(tmp))
-        # The encoder's GFLOP/s are judged against this machine's matmul rate, measured first.
-        if "features" in chosen and "machine" not in chosen:
-            chosen.insert(0, "machine")
         for name in chosen:
             progress(f"== {name}")
             before = cpu_snapshot()
             sections[name] = BENCHMARKS[name](scale, ws)
             # Other work on the machine skews every figure: the record says how much there was.
-            share = sections[name].data["cpu_share_of_other_processes"] = others_share(before, cpu_snapshot())
-            progress(f"{name} done; other processes used {100 * share:.0f}% of the CPUs meanwhile"
-                     + (" (figures are noisy)" if share > 0.1 else ""))
-            if name == "machine":
-                ws.fp32_gflops = sections[name].data["fp32_gflops"]
+            busy = sections[name].data["cpu_share_taken_by_others"] = contention(before, cpu_snapshot())
+            progress(f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs "
+                     f"and the host stole {100 * busy['host_steal']:.0f}%"
+                     + (" (figures are noisy)" if sum(busy.values()) > 0.1 else ""))
     payload = {
-        "date": today, "quick": args.quick, "scale": asdict(scale), "seconds": time.perf_counter() - _STARTED,
+        "date": today, "quick": args.quick, **code_version(), "scale": asdict(scale),
+        "seconds": time.perf_counter() - _STARTED,
         "sections": {name: section.data for name, section in sections.items()},
         "table": [{"section": name, **asdict(row)} for name, section in sections.items() for row in section.rows],
     }
     write_json(out, payload)
     print()
     print(table(sections))
-    print(f"\n{len(chosen)} sections in {payload['seconds'] / 60:.1f} min; results: {out}")
+    print(f"\n{len(chosen)} sections in {payload['seconds'] / 60:.1f} min at commit {str(payload['commit'])[:10]}"
+          f"{' with uncommitted changes' if payload['uncommitted_changes'] else ''}; results: {out}")
     return 0
 
 
