@@ -75,24 +75,6 @@ class MultiheadSelfAttention(nn.Module):
         self.v_proj = nn.Linear(embed_dim, embed_dim)
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
-        self._fused: tuple[torch.Tensor, torch.Tensor] | None = None  # inference-only cache, not state
-        self._fused_key: tuple = ()
-
-    def _projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k and v of ``x`` (..., C). Without autograd one GEMM of width 3C replaces three of
-        width C (larger GEMMs run nearer the machine's peak); the stacked weight is cached and
-        rebuilt whenever a projection's storage or version changes (``.to()``, optimizer steps)."""
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        params = [p for proj in projections for p in (proj.weight, proj.bias)]
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-        if key != self._fused_key:
-            self._fused = (torch.cat([proj.weight for proj in projections]),
-                           torch.cat([proj.bias for proj in projections]))
-            self._fused_key = key
-        weight, bias = self._fused
-        return F.linear(x, weight, bias).chunk(3, dim=-1)
 
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None, seq_lens: list[int] | None = None
@@ -106,7 +88,9 @@ class MultiheadSelfAttention(nn.Module):
         def split_heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, H, T, D)
             return t.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
 
-        q, k, v = (split_heads(t) for t in self._projections(x))
+        q = split_heads(self.q_proj(x))
+        k = split_heads(self.k_proj(x))
+        v = split_heads(self.v_proj(x))
         dropout_p = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, C)
@@ -115,7 +99,7 @@ class MultiheadSelfAttention(nn.Module):
     def _forward_packed(self, x: torch.Tensor, seq_lens: list[int]) -> torch.Tensor:  # (N, C) -> (N, C)
         # The projections run once over every real token; only the attention itself goes
         # sequence by sequence, so no FLOP is spent on padding.
-        q, k, v = (t.reshape(-1, self.num_heads, self.head_dim) for t in self._projections(x))
+        q, k, v = (proj(x).view(-1, self.num_heads, self.head_dim) for proj in (self.q_proj, self.k_proj, self.v_proj))
         dropout_p = self.dropout if self.training else 0.0
         outs = [
             F.scaled_dot_product_attention(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1),
