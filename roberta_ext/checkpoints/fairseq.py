@@ -212,7 +212,9 @@ def save_roberta_checkpoint(
         "args": None,
         "cfg": {"model": options, "task": dict(task or {"_name": "masked_lm"})},
         "model": model.state_dict(),
-        "optimizer_history": [],
+        # fairseq's loader reads the last entry of this history, so an empty one breaks it.
+        "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "FairseqAdam",
+                               "lr_scheduler_state": {"best": None}, "num_updates": 0}],
         "extra_state": {},
     }
     path = os.fspath(path)

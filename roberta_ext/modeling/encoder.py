@@ -101,9 +101,10 @@ class MultiheadSelfAttention(nn.Module):
         # sequence by sequence, so no FLOP is spent on padding.
         q, k, v = (proj(x).view(-1, self.num_heads, self.head_dim) for proj in (self.q_proj, self.k_proj, self.v_proj))
         dropout_p = self.dropout if self.training else 0.0
+        # A leading batch dimension of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
         outs = [
-            F.scaled_dot_product_attention(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1),
-                                           dropout_p=dropout_p).transpose(0, 1)  # (L, H, D)
+            F.scaled_dot_product_attention(qs.transpose(0, 1)[None], ks.transpose(0, 1)[None],
+                                           vs.transpose(0, 1)[None], dropout_p=dropout_p)[0].transpose(0, 1)  # (L, H, D)
             for qs, ks, vs in zip(q.split(seq_lens), k.split(seq_lens), v.split(seq_lens))
         ]
         return self.out_proj(torch.cat(outs).reshape(-1, self.embed_dim))
@@ -228,7 +229,12 @@ class TransformerEncoder(nn.Module):
 
 def init_bert_params(module: nn.Module) -> None:
     """BERT's initialisation, as fairseq applies it: N(0, 0.02) weights, zero biases, zero
-    padding rows. Apply with ``model.apply(init_bert_params)``."""
+    padding rows. Apply with ``model.apply(init_bert_params)``. Modules on the meta device (built
+    only to receive a checkpoint's weights) are skipped: there is nothing to initialise, and
+    ``normal_`` on meta tensors would import torch._dynamo (over a second of a cold load)."""
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.is_meta:
+        return
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if module.bias is not None:

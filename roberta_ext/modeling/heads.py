@@ -20,7 +20,11 @@ class LMHead(nn.Module):
         self.dense = nn.Linear(embed_dim, embed_dim)
         self.activation_fn = get_activation_fn(activation_fn)
         self.layer_norm = nn.LayerNorm(embed_dim)
-        self.weight = weight if weight is not None else nn.Parameter(torch.empty(output_dim, embed_dim))
+        if weight is None:  # untied: the head owns its output matrix, initialised as BERT's
+            weight = nn.Parameter(torch.empty(output_dim, embed_dim))
+            if not weight.is_meta:
+                nn.init.normal_(weight, mean=0.0, std=0.02)
+        self.weight = weight
         self.bias = nn.Parameter(torch.zeros(output_dim))
 
     def forward(self, features: torch.Tensor, masked_tokens: torch.Tensor | None = None) -> torch.Tensor:
