@@ -22,6 +22,7 @@ import argparse
 import ast
 import json
 import math
+import os
 import random
 import shlex
 import shutil
@@ -96,8 +97,6 @@ class Runner:
 
 
 def _env() -> dict[str, str]:
-    import os
-
     # fairseq's --user-dir imports roberta_ext from the repository, so the same code runs everywhere.
     return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             "PYTHONWARNINGS": "ignore"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,14 @@ def fairseq_reference(tmp_path_factory) -> dict:
         f"runpy.run_module({module!r}, run_name='__main__')"
     )
     return json.loads((out / "manifest.json").read_text())["models"]
+
+
+class RunsCode:
+    """Pickles to a call of ``os.system`` — what a malicious checkpoint does. Loading it must
+    fail before ``marker`` is created."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)

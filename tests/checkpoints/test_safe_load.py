@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import pickle
 import zipfile
 
@@ -20,6 +19,7 @@ from roberta_ext.checkpoints import (
     upgrade_state_dict,
 )
 from roberta_ext.modeling import EncoderConfig, RobertaModel
+from tests.conftest import RunsCode
 
 
 @pytest.fixture
@@ -142,14 +142,6 @@ def test_a_shape_mismatch_is_named(model, tmp_path):
         load_roberta_checkpoint(tmp_path / "model.pt")
 
 
-class RunsCode:
-    """Pickles to a call of ``os.system`` — what a malicious checkpoint does."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
 
 
 @pytest.mark.parametrize("zip_format", [True, False])

@@ -3,7 +3,6 @@ and still refusing code-running pickles."""
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 
@@ -15,6 +14,7 @@ pytest.importorskip("fairseq")
 from fairseq import checkpoint_utils  # noqa: E402
 
 import roberta_ext.fairseq_plugin  # noqa: E402,F401  (installs the compatibility wrapper)
+from tests.conftest import RunsCode  # noqa: E402
 
 
 def original_loader():
@@ -38,12 +38,6 @@ def test_installing_twice_wraps_once():
     assert checkpoint_utils.load_checkpoint_to_cpu is before
 
 
-class RunsCode:
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
 
 
 def test_a_code_running_checkpoint_is_still_refused(tmp_path):
