@@ -35,7 +35,14 @@ KEY_RENAMES: list[tuple[str, str]] = [
 FUSED_QKV: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj")
 # Keys of the file that carry no weights we need.
 IGNORED_KEYS: tuple[str, ...] = ("encoder.sentence_encoder.embed_positions._float_tensor",)
-_HEAD_KEY = re.compile(r"^classification_heads\.([^.]+)\.(dense|out_proj)\.weight$")
+_HEAD_KEY = re.compile(r"^(classification_heads|token_heads)\.([^.]+)\.(dense|out_proj)\.weight$")
+MODEL_OPTIONS: tuple[str, ...] = (
+    "encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions",
+    "activation_fn", "pooler_activation_fn", "encoder_normalize_before", "dropout", "attention_dropout",
+    "activation_dropout", "pooler_dropout", "family", "embedding_size", "type_vocab_size", "position_style",
+    "layer_norm_eps", "share_layers", "pooler", "padding_idx",
+)
+"""The :class:`EncoderConfig` fields a checkpoint written here records, under fairseq's names."""
 
 
 @dataclass
@@ -93,22 +100,27 @@ def config_from_checkpoint(
     """
     prefix = "encoder.sentence_encoder."
     try:
-        vocab_size, embed_dim = state_dict[prefix + "embed_tokens.weight"].shape
+        vocab_size, embedding_size = state_dict[prefix + "embed_tokens.weight"].shape
         num_positions = state_dict[prefix + "embed_positions.weight"].shape[0]
-        ffn_dim = state_dict[prefix + "layers.0.fc1.weight"].shape[0]
+        ffn_dim, embed_dim = state_dict[prefix + "layers.0.fc1.weight"].shape
     except KeyError as exc:
         raise CheckpointError(f"{path!r} is not a RoBERTa checkpoint: it has no {exc.args[0]!r}") from None
     layer_ids = {int(m.group(1)) for k in state_dict if (m := re.match(re.escape(prefix) + r"layers\.(\d+)\.", k))}
-    padding_idx = int(options.get("padding_idx", 1) or 1)
+    padding_idx = int(options.get("padding_idx", 1) if options.get("padding_idx") is not None else 1)
+    absolute = options.get("position_style") == "absolute"
+    segments = state_dict.get(prefix + "segment_embeddings.weight")
     try:
         return EncoderConfig.from_fairseq(
             options,
             vocab_size=vocab_size,
             encoder_embed_dim=embed_dim,
+            embedding_size=embedding_size if embedding_size != embed_dim else None,
             encoder_ffn_embed_dim=ffn_dim,
             encoder_layers=len(layer_ids),
-            max_positions=num_positions - padding_idx - 1,
+            max_positions=num_positions if absolute else num_positions - padding_idx - 1,
             padding_idx=padding_idx,
+            type_vocab_size=0 if segments is None else segments.shape[0],
+            pooler="pooler.dense.weight" in state_dict,
             # Structure is read from the keys rather than trusted from the options: 2019 files
             # say nothing about these, and a pre-LN stack is the one with a final LayerNorm.
             encoder_normalize_before=prefix + "layer_norm.weight" in state_dict,
@@ -134,9 +146,13 @@ def load_roberta_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:
     cfg = config_from_checkpoint(state_dict, options, path)
     with torch.device("meta"):
         model = RobertaModel(cfg)
-    for name, (num_classes, inner_dim) in _classification_heads(state_dict).items():
+    heads = _heads(state_dict)
+    for name, (num_classes, inner_dim) in heads["classification_heads"].items():
         with torch.device("meta"):
             model.register_classification_head(name, num_classes=num_classes, inner_dim=inner_dim)
+    for name, (num_labels, _) in heads["token_heads"].items():
+        with torch.device("meta"):
+            model.register_token_head(name, num_labels=num_labels)
 
     tied = not cfg.untie_weights
     lm_weight_key = "encoder.lm_head.weight"
@@ -155,14 +171,17 @@ def load_roberta_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:
     return LoadedCheckpoint(model=model.eval(), path=path, options=options, task=task)
 
 
-def _classification_heads(state_dict: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
-    heads: dict[str, dict[str, int]] = {}
+def _heads(state_dict: Mapping[str, torch.Tensor]) -> dict[str, dict[str, tuple[int, int | None]]]:
+    """``{"classification_heads": {name: (num_classes, inner_dim)}, "token_heads": {...}}`` as
+    the file's tensors say; ``inner_dim`` is None for heads without a dense layer."""
+    found: dict[str, dict[str, dict[str, int]]] = {"classification_heads": {}, "token_heads": {}}
     for key, tensor in state_dict.items():
         match = _HEAD_KEY.match(key)
         if match:
-            name, part = match.groups()
-            heads.setdefault(name, {})[part] = tensor.shape[0]
-    return {name: (dims["out_proj"], dims["dense"]) for name, dims in heads.items() if len(dims) == 2}
+            kind, name, part = match.groups()
+            found[kind].setdefault(name, {})[part] = tensor.shape[0]
+    return {kind: {name: (dims["out_proj"], dims.get("dense")) for name, dims in heads.items() if "out_proj" in dims}
+            for kind, heads in found.items()}
 
 
 def _check_keys_and_shapes(model: RobertaModel, state_dict: Mapping[str, torch.Tensor], path: str) -> None:
@@ -191,23 +210,8 @@ def save_roberta_checkpoint(
     >>> save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("tiny")), "/tmp/tiny.pt")  # doctest: +SKIP
     """
     cfg = model.cfg
-    options = {
-        "_name": "roberta_ext",
-        "arch": "roberta_ext",
-        "encoder_layers": cfg.encoder_layers,
-        "encoder_embed_dim": cfg.encoder_embed_dim,
-        "encoder_ffn_embed_dim": cfg.encoder_ffn_embed_dim,
-        "encoder_attention_heads": cfg.encoder_attention_heads,
-        "max_positions": cfg.max_positions,
-        "activation_fn": cfg.activation_fn,
-        "pooler_activation_fn": cfg.pooler_activation_fn,
-        "encoder_normalize_before": cfg.encoder_normalize_before,
-        "untie_weights_roberta": cfg.untie_weights,
-        "dropout": cfg.dropout,
-        "attention_dropout": cfg.attention_dropout,
-        "activation_dropout": cfg.activation_dropout,
-        "pooler_dropout": cfg.pooler_dropout,
-    }
+    options = {"_name": "roberta_ext", "arch": "roberta_ext", "untie_weights_roberta": cfg.untie_weights,
+               **{name: getattr(cfg, name) for name in MODEL_OPTIONS}}
     state = {
         "args": None,
         "cfg": {"model": options, "task": dict(task or {"_name": "masked_lm"})},

@@ -1,15 +1,30 @@
-"""Encoder models in plain PyTorch: configs, the shared transformer core and heads."""
+"""Encoder models in plain PyTorch: configs, the shared transformer core and heads.
 
-from .config import EncoderConfig
+Every family (RoBERTa, BERT, ALBERT, ...) is the same :class:`RobertaModel` built from a
+different :class:`EncoderConfig`; each family's file holds its presets and what is truly its own.
+"""
+
+from . import albert, bert
+from .config import PRESETS, EncoderConfig
 from .encoder import TransformerEncoder, TransformerEncoderLayer
-from .heads import ClassificationHead, LMHead
+from .heads import ClassificationHead, LMHead, PooledClassificationHead, Pooler, TokenClassificationHead
 from .roberta import RobertaModel
+
+for _family in (bert, albert):
+    PRESETS.update(_family.PRESETS)
+
+EncoderModel = RobertaModel
+"""The family-neutral name of the model class."""
 
 __all__ = [
     "ClassificationHead",
     "EncoderConfig",
+    "EncoderModel",
     "LMHead",
+    "PooledClassificationHead",
+    "Pooler",
     "RobertaModel",
+    "TokenClassificationHead",
     "TransformerEncoder",
     "TransformerEncoderLayer",
 ]

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 ACTIVATIONS = ("gelu", "gelu_accurate", "relu", "tanh", "linear")
+FAMILIES = ("roberta", "bert", "albert", "electra", "spanbert")
+POSITION_STYLES = ("fairseq", "absolute")
+LAYER_SHARING = ("none", "all", "ffn", "attention")
 
 
 @dataclass(kw_only=True)
@@ -70,6 +73,34 @@ class EncoderConfig:
     pooler_dropout: float = 0.0
     """Dropout inside classification heads."""
 
+    # ---- what distinguishes the families (RoBERTa's values are the defaults) ----
+
+    family: str = "roberta"
+    """Which family's conventions the model follows (tokenizer, pair layout, objectives):
+    one of :data:`FAMILIES`. The layers are the same for all of them."""
+
+    embedding_size: int | None = None
+    """Width of the token, position and segment embeddings. ``None`` means ``encoder_embed_dim``;
+    smaller values give ALBERT's factorized embeddings (V x E, then an E -> H projection)."""
+
+    type_vocab_size: int = 0
+    """Rows of the segment (token-type) embedding; BERT and ALBERT have 2, RoBERTa none."""
+
+    position_style: str = "fairseq"
+    """``fairseq``: positions count real tokens from ``padding_idx + 1`` (RoBERTa);
+    ``absolute``: position ``t`` is row ``t`` (BERT, ALBERT, ELECTRA)."""
+
+    layer_norm_eps: float = 1e-5
+    """Epsilon of every LayerNorm (BERT's family uses 1e-12)."""
+
+    share_layers: str = "none"
+    """ALBERT's cross-layer parameter sharing: ``all`` layers one set of weights, only the
+    ``ffn`` blocks, only the ``attention`` blocks, or ``none``."""
+
+    pooler: bool = False
+    """BERT's pooler (dense + tanh on the first token) under sentence-level heads (NSP, SOP,
+    sequence classification); without it each classification head has its own dense layer."""
+
     def __post_init__(self) -> None:
         if self.encoder_embed_dim % self.encoder_attention_heads:
             raise ValueError(
@@ -82,10 +113,26 @@ class EncoderConfig:
         for field in ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "max_positions", "vocab_size"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
+        for field, allowed in (("family", FAMILIES), ("position_style", POSITION_STYLES),
+                               ("share_layers", LAYER_SHARING)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"{field}={getattr(self, field)!r} is not one of {allowed}")
+        if self.embedding_size is not None and self.embedding_size <= 0:
+            raise ValueError(f"embedding_size must be positive or None, got {self.embedding_size}")
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of the embeddings (ALBERT's E): ``embedding_size`` or the hidden size."""
+        return self.embedding_size or self.encoder_embed_dim
 
     @property
     def num_position_embeddings(self) -> int:
-        """Rows of the learned position table (514 for 512 tokens)."""
+        """Rows of the learned position table: 514 for 512 tokens in fairseq's style, 512 in
+        the absolute style."""
+        if self.position_style == "absolute":
+            return self.max_positions
         return self.max_positions + self.padding_idx + 1
 
     def replace(self, **changes: Any) -> "EncoderConfig":
@@ -98,10 +145,13 @@ class EncoderConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "EncoderConfig":
-        """A named shape: ``tiny`` (tests), ``base`` (12x768) or ``large`` (24x1024).
+        """A named shape: ``tiny`` (tests), ``base`` (12x768) or ``large`` (24x1024) for
+        RoBERTa, and ``FAMILY-SIZE`` for the others (``bert-base``, ``albert-tiny``, ...).
 
         >>> EncoderConfig.preset("large").encoder_layers
         24
+        >>> EncoderConfig.preset("albert-base").embedding_size
+        128
         """
         try:
             make = PRESETS[name]
@@ -153,3 +203,4 @@ def _large() -> EncoderConfig:
 
 
 PRESETS: dict[str, Callable[[], EncoderConfig]] = {"tiny": _tiny, "base": _base, "large": _large}
+"""Named configs. RoBERTa's are here; each family's file adds its own (``bert-base``, ...)."""

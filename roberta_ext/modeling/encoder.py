@@ -61,6 +61,17 @@ class LearnedPositionalEmbedding(nn.Embedding):
         return F.embedding(positions, self.weight, self.padding_idx)
 
 
+class AbsolutePositionalEmbedding(nn.Embedding):
+    """BERT's position table: position ``t`` of a row is table row ``t``, padding or not."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        super().__init__(num_embeddings, embedding_dim)
+        self.max_positions = num_embeddings
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (1, T, C), broadcast over B
+        return self.weight[: tokens.size(1)].unsqueeze(0)
+
+
 class MultiheadSelfAttention(nn.Module):
     """Self-attention through ``F.scaled_dot_product_attention`` with fairseq's parameter names."""
 
@@ -119,10 +130,10 @@ class TransformerEncoderLayer(nn.Module):
         dim = cfg.encoder_embed_dim
         self.normalize_before = cfg.encoder_normalize_before
         self.self_attn = MultiheadSelfAttention(dim, cfg.encoder_attention_heads, cfg.attention_dropout)
-        self.self_attn_layer_norm = nn.LayerNorm(dim)
+        self.self_attn_layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
         self.fc1 = nn.Linear(dim, cfg.encoder_ffn_embed_dim)
         self.fc2 = nn.Linear(cfg.encoder_ffn_embed_dim, dim)
-        self.final_layer_norm = nn.LayerNorm(dim)
+        self.final_layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
         self.activation_fn = get_activation_fn(cfg.activation_fn)
         self.dropout = nn.Dropout(cfg.dropout)
         self.activation_dropout = nn.Dropout(cfg.activation_dropout)
@@ -153,21 +164,59 @@ PACKING_MIN_PADDING = 0.1
 one batched attention call beats a call per sequence."""
 
 
+# What each ``share_layers`` mode shares: these sub-modules of layer 0 are used by every layer.
+SHARED_PARTS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "attention": ("self_attn", "self_attn_layer_norm"),
+    "ffn": ("fc1", "fc2", "final_layer_norm"),
+}
+
+
+def build_layers(cfg: EncoderConfig) -> nn.ModuleList:
+    """``cfg.encoder_layers`` layers, sharing parameters as ``cfg.share_layers`` says (ALBERT).
+
+    Shared parameters are one tensor used by several layers: ``parameters()`` counts them
+    once, and ``state_dict()`` lists them under each layer's name, as the same tensor.
+
+    >>> layers = build_layers(EncoderConfig.preset("albert-tiny"))
+    >>> layers[0] is layers[1]
+    True
+    """
+    if cfg.share_layers == "all":
+        return nn.ModuleList([TransformerEncoderLayer(cfg)] * cfg.encoder_layers)
+    layers = nn.ModuleList(TransformerEncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+    for layer in layers[1:]:
+        for part in SHARED_PARTS[cfg.share_layers]:
+            setattr(layer, part, getattr(layers[0], part))
+    return layers
+
+
 class TransformerEncoder(nn.Module):
-    """Embeddings and the layer stack: fairseq's ``encoder.sentence_encoder``."""
+    """Embeddings and the layer stack: fairseq's ``encoder.sentence_encoder``.
+
+    The embeddings are the sum of token, position and (BERT, ALBERT) segment embeddings,
+    normalised; when they are narrower than the layers (ALBERT's factorization), a linear
+    ``embed_proj`` maps them to the hidden size.
+    """
 
     def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.padding_idx = cfg.padding_idx
-        dim = cfg.encoder_embed_dim
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, dim, cfg.padding_idx)
-        self.embed_positions = LearnedPositionalEmbedding(cfg.num_position_embeddings, dim, cfg.padding_idx)
-        self.layernorm_embedding = nn.LayerNorm(dim) if cfg.layernorm_embedding else None
+        dim, embed_dim = cfg.encoder_embed_dim, cfg.embed_dim
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, embed_dim, cfg.padding_idx)
+        if cfg.position_style == "absolute":
+            self.embed_positions = AbsolutePositionalEmbedding(cfg.num_position_embeddings, embed_dim)
+        else:
+            self.embed_positions = LearnedPositionalEmbedding(cfg.num_position_embeddings, embed_dim, cfg.padding_idx)
+        # fairseq's name for BERT's token-type embeddings.
+        self.segment_embeddings = nn.Embedding(cfg.type_vocab_size, embed_dim) if cfg.type_vocab_size else None
+        self.layernorm_embedding = nn.LayerNorm(embed_dim, eps=cfg.layer_norm_eps) if cfg.layernorm_embedding else None
+        self.embed_proj = nn.Linear(embed_dim, dim) if embed_dim != dim else None
         self.dropout = nn.Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(TransformerEncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.layers = build_layers(cfg)
         # Pre-LN stacks end with a LayerNorm; post-LN stacks already end normalised.
-        self.layer_norm = nn.LayerNorm(dim) if cfg.encoder_normalize_before else None
+        self.layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps) if cfg.encoder_normalize_before else None
         # fairseq keeps a format version in every TransformerEncoder state dict; keeping it
         # here too lets state dicts move between the two with strict loading on both sides.
         self.register_buffer("version", torch.Tensor([3]))
@@ -176,17 +225,25 @@ class TransformerEncoder(nn.Module):
         return self.embed_positions.max_positions
 
     def forward(
-        self, tokens: torch.Tensor, return_all_hiddens: bool = False
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False, segment_labels: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """``tokens``: (B, T) indices. Returns the last layer's features (B, T, C) and, when
-        ``return_all_hiddens``, the embedding output followed by every layer's output."""
+        """``tokens``: (B, T) indices; ``segment_labels``: (B, T) segment ids for models with
+        segment embeddings (default: all 0). Returns the last layer's features (B, T, C) and,
+        when ``return_all_hiddens``, the embedding output followed by every layer's output."""
         padding_mask = tokens.eq(self.padding_idx)  # (B, T), True on padding
         has_pads = bool(padding_mask.any())
 
-        x = self.embed_tokens(tokens) + self.embed_positions(tokens)  # (B, T, C)
+        x = self.embed_tokens(tokens) + self.embed_positions(tokens)  # (B, T, E)
+        if self.segment_embeddings is not None:
+            if segment_labels is None:
+                x = x + self.segment_embeddings.weight[0]
+            else:
+                x = x + self.segment_embeddings(segment_labels)
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         x = self.dropout(x)
+        if self.embed_proj is not None:
+            x = self.embed_proj(x)  # (B, T, C)
         if has_pads:
             # fairseq zeroes padded positions once after the embeddings; do the same so that
             # every returned hidden state matches it position for position.
@@ -247,7 +304,9 @@ def init_bert_params(module: nn.Module) -> None:
 
 
 __all__ = [
+    "AbsolutePositionalEmbedding",
     "LearnedPositionalEmbedding",
+    "build_layers",
     "MultiheadSelfAttention",
     "TransformerEncoder",
     "TransformerEncoderLayer",

@@ -12,14 +12,17 @@ from .encoder import get_activation_fn
 class LMHead(nn.Module):
     """Masked-LM head: dense -> activation -> LayerNorm -> projection onto the vocabulary.
 
-    The projection matrix is the token embedding (tied) unless one is passed untied.
+    The projection matrix is the token embedding (tied) unless one is passed untied. With
+    ALBERT's factorized embeddings the dense layer maps the hidden size ``input_dim`` down to
+    the embedding size ``embed_dim`` (RoBERTa and BERT: the two are equal).
     """
 
-    def __init__(self, embed_dim: int, output_dim: int, activation_fn: str, weight: nn.Parameter | None = None):
+    def __init__(self, embed_dim: int, output_dim: int, activation_fn: str, weight: nn.Parameter | None = None,
+                 *, input_dim: int | None = None, layer_norm_eps: float = 1e-5):
         super().__init__()
-        self.dense = nn.Linear(embed_dim, embed_dim)
+        self.dense = nn.Linear(input_dim or embed_dim, embed_dim)
         self.activation_fn = get_activation_fn(activation_fn)
-        self.layer_norm = nn.LayerNorm(embed_dim)
+        self.layer_norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps)
         if weight is None:  # untied: the head owns its output matrix, initialised as BERT's
             weight = nn.Parameter(torch.empty(output_dim, embed_dim))
             if not weight.is_meta:
@@ -55,3 +58,51 @@ class ClassificationHead(nn.Module):
         x = self.dropout(features[:, 0, :])
         x = self.dropout(self.activation_fn(self.dense(x)))
         return self.out_proj(x)
+
+
+class Pooler(nn.Module):
+    """BERT's pooler: dense -> tanh on the first token (``[CLS]``), shared by sentence-level heads."""
+
+    def __init__(self, dim: int, activation_fn: str = "tanh") -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+        self.activation_fn = get_activation_fn(activation_fn)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, C)
+        return self.activation_fn(self.dense(features[:, 0, :]))
+
+
+class PooledClassificationHead(nn.Module):
+    """A sentence-level head on the pooler's output (BERT, ALBERT): dropout -> out_proj.
+
+    It takes the *pooled* vector (B, C); the model applies its shared :class:`Pooler` first.
+    """
+
+    def __init__(self, input_dim: int, num_classes: int, pooler_dropout: float) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(pooler_dropout)
+        self.out_proj = nn.Linear(input_dim, num_classes)
+
+    @property
+    def num_classes(self) -> int:
+        return self.out_proj.out_features
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:  # (B, C) -> (B, num_classes)
+        return self.out_proj(self.dropout(pooled))
+
+
+class TokenClassificationHead(nn.Module):
+    """A label for every token (NER tagging; with two outputs, the start/end logits of
+    extractive QA): dropout -> out_proj, as transformers' ``*ForTokenClassification``."""
+
+    def __init__(self, input_dim: int, num_labels: int, dropout: float) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(input_dim, num_labels)
+
+    @property
+    def num_classes(self) -> int:
+        return self.out_proj.out_features
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, num_labels)
+        return self.out_proj(self.dropout(features))

@@ -1,0 +1,54 @@
+"""BERT: what differs from RoBERTa is all configuration.
+
+BERT (Devlin et al., 2019) is the same post-LN transformer. It differs in its inputs and its
+objectives, not its layers: a WordPiece vocabulary with ``[PAD]`` at index 0, absolute
+positions (row ``t`` for position ``t``), segment embeddings telling sentence A from sentence B
+in ``[CLS] A [SEP] B [SEP]``, LayerNorm epsilon 1e-12, and a pooler (dense + tanh on
+``[CLS]``) under its next-sentence-prediction head. RoBERTa's paper dropped NSP and the
+segments; BERT keeps both, so this file is a set of presets.
+
+>>> from roberta_ext.modeling import EncoderConfig, RobertaModel
+>>> cfg = EncoderConfig.preset("bert-base")
+>>> cfg.type_vocab_size, cfg.position_style, cfg.pooler
+(2, 'absolute', True)
+>>> round(sum(p.numel() for p in RobertaModel(cfg).parameters()) / 1e6, 1)   # millions, with MLM head
+110.1
+"""
+
+from __future__ import annotations
+
+from .config import EncoderConfig
+
+NEXT_SENTENCE_HEAD = "next_sentence"
+"""Name of the classification head that predicts whether sentence B follows sentence A
+(class 0: B is the real continuation, 1: B is random — transformers' convention)."""
+
+
+def bert_config(**overrides) -> EncoderConfig:
+    """BERT-base's config with ``overrides``: vocabulary 30522 (uncased English), 12 x 768."""
+    values = dict(
+        family="bert",
+        vocab_size=30522,
+        padding_idx=0,
+        encoder_layers=12,
+        encoder_embed_dim=768,
+        encoder_ffn_embed_dim=3072,
+        encoder_attention_heads=12,
+        max_positions=512,
+        activation_fn="gelu",
+        type_vocab_size=2,
+        position_style="absolute",
+        layer_norm_eps=1e-12,
+        pooler=True,
+    )
+    values.update(overrides)
+    return EncoderConfig(**values)
+
+
+PRESETS = {
+    "bert-tiny": lambda: bert_config(vocab_size=64, encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
+                                     encoder_attention_heads=4, max_positions=64),
+    "bert-base": bert_config,
+    "bert-large": lambda: bert_config(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
+                                      encoder_attention_heads=16),
+}
