@@ -13,6 +13,7 @@ hand: batches, long texts, label names. Two deliberate differences:
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from array import array
@@ -26,10 +27,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checkpoints import CheckpointError, load_roberta_checkpoint
+from .checkpoints.transformers import SEQUENCE_HEAD, TOKEN_HEAD, is_transformers_dir, load_transformers, save_transformers
 from .checkpoints import store
 from .modeling import RobertaModel
 from .tokenizers.dictionary import Dictionary
-from .tokenizers.gpt2_bpe import FairseqGPT2Tokenizer, GPT2BPE
+from .tokenizers.gpt2_bpe import FairseqGPT2Tokenizer, GPT2BPE, _read_encoder_json, _read_vocab_bpe, bytes_to_unicode
+from .tokenizers.pieces import PieceTokenizer
 
 MASK = "<mask>"
 
@@ -61,18 +64,26 @@ class RobertaHubInterface(nn.Module):
     def __init__(
         self,
         model: RobertaModel,
-        tokenizer: FairseqGPT2Tokenizer,
+        tokenizer: FairseqGPT2Tokenizer | PieceTokenizer,
         *,
         label_dictionary: Dictionary | None = None,
+        labels: Sequence[str] | None = None,
         cfg: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
-        self.bpe = tokenizer.bpe
+        self.bpe = getattr(tokenizer, "bpe", None)
         self.dictionary = tokenizer.dictionary
         self.cfg = cfg or {}
-        self.task = HubTask(self.dictionary, label_dictionary, self.dictionary.index(MASK))
+        # RoBERTa writes "<mask>"; BERT and ALBERT vocabularies call it "[MASK]".
+        self.mask_token = MASK if MASK in self.dictionary else getattr(tokenizer, "mask_token", MASK)
+        self.task = HubTask(self.dictionary, label_dictionary, self.dictionary.index(self.mask_token))
+        # RoBERTa separates a pair with "</s> </s>"; BERT's family with one [SEP] and segment ids.
+        self.double_separator = model.cfg.family == "roberta"
+        if labels is None and label_dictionary is not None:
+            labels = label_dictionary.symbols[label_dictionary.nspecial:]
+        self.labels: list[str] | None = None if labels is None else list(labels)
         if len(self.dictionary) != model.cfg.vocab_size:
             raise ValueError(
                 f"dictionary has {len(self.dictionary)} symbols but the model's embedding has "
@@ -93,10 +104,12 @@ class RobertaHubInterface(nn.Module):
         return self.model.max_positions()
 
     # ----------------------------------------------------------------------------- text
-    def encode(self, sentence: str, *addl_sentences: str, no_separator: bool = False) -> torch.LongTensor:
+    def encode(self, sentence: str, *addl_sentences: str, no_separator: bool | None = None) -> torch.LongTensor:
         """Text to a 1-D tensor of dictionary indices: ``<s> a </s>``, and for pairs
         ``<s> a </s> </s> b </s>`` (RoBERTa's separator is a doubled ``</s>``; with
-        ``no_separator=True`` it is a single one).
+        ``no_separator=True`` it is a single one). BERT and ALBERT give ``[CLS] a [SEP] b [SEP]``;
+        their segment ids (0 up to the first ``[SEP]``, 1 after) come from :meth:`segments`, and
+        ``extract_features``/``predict`` compute them on their own.
 
         >>> roberta.encode("Hello world!").tolist()                       # doctest: +SKIP
         [0, 31414, 232, 328, 2]
@@ -107,7 +120,9 @@ class RobertaHubInterface(nn.Module):
         return torch.frombuffer(array("q", self._encode_ids(sentence, *addl_sentences, no_separator=no_separator)),
                                 dtype=torch.long)
 
-    def _encode_ids(self, sentence: str, *addl_sentences: str, no_separator: bool = False) -> list[int]:
+    def _encode_ids(self, sentence: str, *addl_sentences: str, no_separator: bool | None = None) -> list[int]:
+        if no_separator is None:
+            no_separator = not self.double_separator
         bos, eos = self.dictionary.bos(), self.dictionary.eos()
         ids = [bos, *self.tokenizer.encode(sentence), eos]
         for extra in addl_sentences:
@@ -140,7 +155,7 @@ class RobertaHubInterface(nn.Module):
         return texts[0] if len(texts) == 1 else texts
 
     def encode_batch(
-        self, sentences: Sequence[str | Sequence[str]], *, no_separator: bool = False
+        self, sentences: Sequence[str | Sequence[str]], *, no_separator: bool | None = None
     ) -> tuple[torch.LongTensor, torch.LongTensor]:
         """Encode many texts (or tuples of texts, for pairs) into one right-padded batch.
 
@@ -167,6 +182,20 @@ class RobertaHubInterface(nn.Module):
             tokens[torch.arange(tokens.size(1)) < lengths[:, None]] = torch.frombuffer(flat, dtype=torch.long)
         return tokens, lengths
 
+    def segments(self, tokens: torch.Tensor) -> torch.LongTensor:
+        """BERT's segment (token-type) ids of encoded text: 0 up to and including the first
+        ``[SEP]``, 1 after it; 0 on padding.
+
+        >>> bert.segments(bert.encode("Hello", "world")).tolist()          # doctest: +SKIP
+        [0, 0, 0, 1, 1]
+        """
+        is_sep = tokens.eq(self.dictionary.eos()).long()
+        before = torch.cumsum(is_sep, dim=-1) - is_sep  # separators strictly before each position
+        return (before.gt(0) & tokens.ne(self.dictionary.pad())).long()
+
+    def _segment_labels(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        return self.segments(tokens) if self.model.cfg.type_vocab_size >= 2 else None
+
     # ------------------------------------------------------------------------- features
     def extract_features(self, tokens: torch.Tensor, return_all_hiddens: bool = False) -> torch.Tensor | list[torch.Tensor]:
         """Last-layer features ``(B, T, C)``; with ``return_all_hiddens`` a list of
@@ -183,7 +212,9 @@ class RobertaHubInterface(nn.Module):
             tokens = tokens.unsqueeze(0)
         if tokens.size(-1) > self.max_positions():
             raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {self.max_positions()}")
-        features, extra = self.model(tokens.to(device=self.device), features_only=True, return_all_hiddens=return_all_hiddens)
+        tokens = tokens.to(device=self.device)
+        features, extra = self.model(tokens, features_only=True, return_all_hiddens=return_all_hiddens,
+                                     segment_labels=self._segment_labels(tokens))
         return extra["inner_states"] if return_all_hiddens else features
 
     def extract_features_batch(
@@ -261,40 +292,137 @@ class RobertaHubInterface(nn.Module):
             known = sorted(self.model.classification_heads)
             raise KeyError(f"no classification head named {head!r}; registered heads: {known}")
         features = self.extract_features(tokens.to(device=self.device))
-        logits = self.model.classification_heads[head](features)
+        logits = self.model.classify(head, features)
         return logits if return_logits else F.log_softmax(logits, dim=-1)
 
     def label_name(self, class_index: int) -> str:
-        """The label of class ``class_index``, read from the fine-tuning data's ``label/dict.txt``.
+        """The label of class ``class_index``, read from the fine-tuning data's ``label/dict.txt``
+        (or a transformers checkpoint's ``id2label``).
 
         >>> roberta.label_name(roberta.predict("sentiment", tokens).argmax().item())  # doctest: +SKIP
         'positive'
         """
-        labels = self.task.label_dictionary
-        if labels is None:
-            raise ValueError("no label dictionary: load with data_name_or_path pointing at a folder with label/dict.txt")
-        index = class_index + labels.nspecial
-        if not 0 <= class_index or index >= len(labels):
-            raise IndexError(f"class index {class_index} is out of range for {len(labels) - labels.nspecial} labels")
-        return labels[index]
+        if self.labels is None:
+            raise ValueError("no label names: load with data_name_or_path pointing at a folder with label/dict.txt")
+        if not 0 <= class_index < len(self.labels):
+            raise IndexError(f"class index {class_index} is out of range for {len(self.labels)} labels")
+        return self.labels[class_index]
 
     def predict_label(self, head: str, tokens: torch.Tensor) -> list[str]:
         """The most likely label name for each row of ``tokens``."""
         return [self.label_name(i) for i in self.predict(head, tokens).argmax(dim=-1).tolist()]
 
+    # ---------------------------------------------------------------------- exporting
+    def save_transformers(self, directory: str | os.PathLike[str], *, architecture: str | None = None) -> Path:
+        """Write model and tokenizer as a transformers directory, loadable by transformers'
+        ``AutoModelFor...``/``AutoTokenizer.from_pretrained(directory)`` and by
+        :func:`from_pretrained`; ids and features stay equal. The directory appears whole
+        or not at all. (See :func:`roberta_ext.checkpoints.transformers.save_transformers`
+        for the architecture chosen.)
+
+        >>> roberta.save_transformers("roberta-hf")                           # doctest: +SKIP
+        """
+        target = Path(directory)
+        staging = target.parent / f".{target.name}.tokenizer.tmp{os.getpid()}"
+        labels = self.labels if (SEQUENCE_HEAD in self.model.classification_heads
+                                 or TOKEN_HEAD in self.model.token_heads) else None
+        try:
+            staging.mkdir(parents=True)
+            self._write_tokenizer_files(staging)
+            save_transformers(self.model, target, architecture=architecture, labels=labels)
+            for item in staging.iterdir():
+                os.replace(item, target / item.name)
+        finally:
+            for item in staging.iterdir() if staging.exists() else ():
+                item.unlink()
+            if staging.exists():
+                staging.rmdir()
+        return target
+
+    def _write_tokenizer_files(self, directory: Path) -> None:
+        symbols = self.dictionary.symbols
+        specials = {"bos_token": self.dictionary.bos_word, "eos_token": self.dictionary.eos_word,
+                    "pad_token": self.dictionary.pad_word, "unk_token": self.dictionary.unk_word,
+                    "mask_token": self.mask_token}
+        family = self.model.cfg.family
+        config: dict[str, Any] = {"model_max_length": self.max_positions()}
+        if self.bpe is not None:  # RoBERTa: vocab.json in the model's index space + the merges
+            vocab: dict[str, int] = {}
+            for index, symbol in enumerate(symbols):
+                vocab.setdefault(self.bpe.decoder[int(symbol)] if symbol.isdigit() else symbol, index)
+            # BPE tokens the dictionary lacks are <unk> for the model (fairseq's rule); listing
+            # them with <unk>'s index keeps transformers' BPE complete and gives the same ids.
+            for token in self.bpe.encoder:
+                vocab.setdefault(token, self.dictionary.unk())
+            (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+            merges = "\n".join(" ".join(pair) for pair in self.bpe.merges)
+            (directory / "merges.txt").write_text(f"#version: 0.2\n{merges}\n", encoding="utf-8")
+            config.update(tokenizer_class="RobertaTokenizer", **specials, sep_token=specials["eos_token"],
+                          cls_token=specials["bos_token"])
+        elif family == "bert" or self.tokenizer.kind == "wordpiece":
+            (directory / "vocab.txt").write_text("".join(f"{s}\n" for s in symbols), encoding="utf-8")
+            pieces = self.tokenizer.pieces
+            config.update(tokenizer_class="BertTokenizer", do_lower_case=pieces.do_lower_case,
+                          cls_token=specials["bos_token"], sep_token=specials["eos_token"],
+                          pad_token=specials["pad_token"], unk_token=specials["unk_token"],
+                          mask_token=specials["mask_token"])
+        else:
+            pieces = self.tokenizer.pieces
+            if not self.tokenizer._identity:
+                raise ValueError("only SentencePiece models whose ids are the model's indices can be exported")
+            (directory / "spiece.model").write_bytes(pieces.model_proto)
+            config.update(tokenizer_class="AlbertTokenizer", do_lower_case=pieces.do_lower_case,
+                          keep_accents=pieces.keep_accents)
+        (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+    # ------------------------------------------------------------------- token tagging
+    def tag(self, sentence: str, head: str = "tagger") -> list[tuple[str, str, float]]:
+        """Label every word of ``sentence`` with the token head ``head`` (named-entity tagging
+        and the like): ``[(word, label, probability), ...]``. Words are split on whitespace and
+        each is labelled by its first sub-word, as the tagging fine-tuning task trains it.
+
+        >>> roberta.tag("Ada Lovelace was born in London")                 # doctest: +SKIP
+        [('Ada', 'B-PER', 0.98), ('Lovelace', 'I-PER', 0.97), ('was', 'O', 0.99), ...]
+        """
+        if head not in self.model.token_heads:
+            raise KeyError(f"no token head named {head!r}; registered token heads: {sorted(self.model.token_heads)}")
+        words = sentence.split()
+        if not words:
+            return []
+        ids, firsts = [self.dictionary.bos()], []
+        for i, word in enumerate(words):
+            # GPT-2 BPE sees a word after the first with its leading space, as inside a sentence.
+            pieces = self.tokenizer.encode(word if i == 0 or self.bpe is None else f" {word}")
+            firsts.append(len(ids))
+            ids.extend(pieces or [self.dictionary.unk()])
+        ids.append(self.dictionary.eos())
+        if len(ids) > self.max_positions():
+            raise ValueError(f"sentence is {len(ids)} tokens long, more than the model's {self.max_positions()}")
+        tokens = torch.tensor([ids], device=self.device)
+        with torch.no_grad():
+            logits, _ = self.model(tokens, token_head_name=head, segment_labels=self._segment_labels(tokens))
+        probs, best = logits[0, firsts].float().softmax(dim=-1).max(dim=-1)
+        return [(word, self.label_name(k), p) for word, k, p in zip(words, best.tolist(), probs.tolist())]
+
     # --------------------------------------------------------------------- fill-mask
     def fill_mask(self, masked_input: str, topk: int = 5) -> list[tuple[str, float, str]]:
         """The ``topk`` fillings of the single ``<mask>`` in ``masked_input``, as
-        ``(filled sentence, probability, token)``, most probable first.
+        ``(filled sentence, probability, token)``, most probable first. BERT and ALBERT models
+        take ``[MASK]`` as well.
 
         >>> roberta.fill_mask("The first Star wars movie came out in <mask>", topk=1)  # doctest: +SKIP
         [('The first Star wars movie came out in 1977', 0.9504708051681519, ' 1977')]
         """
-        if masked_input.count(MASK) != 1:
-            raise ValueError(f"fill_mask needs exactly one {MASK} in its input, got {masked_input.count(MASK)}: {masked_input!r}")
+        if not getattr(self.model, "has_lm_head", True):
+            raise ValueError("this checkpoint has no masked-LM head (it was saved without one), so it cannot fill masks")
+        mask = self.mask_token
+        if mask != MASK:
+            masked_input = masked_input.replace(MASK, mask)
+        if masked_input.count(mask) != 1:
+            raise ValueError(f"fill_mask needs exactly one {mask} in its input, got {masked_input.count(mask)}: {masked_input!r}")
         # Each side is encoded with trailing spaces stripped: the space before <mask> belongs
         # to the predicted token (" 1977"), exactly as fairseq does it.
-        left, right = (self.tokenizer.encode(span.rstrip()) for span in masked_input.split(MASK))
+        left, right = (self.tokenizer.encode(span.rstrip()) for span in masked_input.split(mask))
         ids = [self.dictionary.bos(), *left, self.task.mask_idx, *right, self.dictionary.eos()]
         tokens = torch.tensor([ids], dtype=torch.long)
         if tokens.size(-1) > self.max_positions():
@@ -311,13 +439,14 @@ class RobertaHubInterface(nn.Module):
         results = []
         for prob, index in zip(probs.tolist(), indices.tolist()):
             predicted = self._token_text(index)
-            target = f" {MASK}" if f" {MASK}" in masked_input else MASK
+            target = f" {mask}" if f" {mask}" in masked_input else mask
             results.append((masked_input.replace(target, predicted), prob, predicted))
         return results
 
-
     def _token_text(self, index: int) -> str:
         """The text of one dictionary entry: a BPE token decoded, a special symbol as itself."""
+        if self.bpe is None:
+            return self.tokenizer.token_text(index)
         symbol = self.dictionary[index]
         try:
             return self.bpe.decode_fairseq_string(symbol)
@@ -360,6 +489,11 @@ def from_pretrained(
     if overrides:
         warnings.warn(f"from_pretrained ignores fairseq overrides it has no use for: {sorted(overrides)}", stacklevel=2)
     model_dir = Path(store.resolve_model(model_name_or_path, cache_dir=cache_dir, offline=offline))
+    if not (model_dir / checkpoint_file).is_file() and is_transformers_dir(model_dir):
+        hub = from_transformers(model_dir)
+        if device is not None or dtype is not None:
+            hub.to(device=device, dtype=dtype)
+        return hub
     data_dir = (
         model_dir / data_name_or_path
         if str(data_name_or_path).startswith(".")
@@ -389,6 +523,107 @@ def from_pretrained(
     if device is not None or dtype is not None:
         hub.to(device=device, dtype=dtype)
     return hub.eval()
+
+
+def from_transformers(directory: str | os.PathLike[str]) -> RobertaHubInterface:
+    """A hub for a transformers model directory (RoBERTa, BERT or ALBERT): ``config.json``, the
+    weights (safetensors or ``pytorch_model.bin``) and the tokenizer files — ``vocab.json`` +
+    ``merges.txt`` (RoBERTa), ``vocab.txt`` (BERT; ``do_lower_case`` from
+    ``tokenizer_config.json``) or ``spiece.model`` (ALBERT). Ids equal transformers'
+    tokenizer's, features equal its model's. ``from_pretrained(directory)`` calls this.
+
+    >>> bert = from_transformers("bert-base-uncased")                     # doctest: +SKIP
+    >>> bert.encode("Hello", "world").tolist(), bert.segments(bert.encode("Hello", "world")).tolist()  # doctest: +SKIP
+    ([101, 7592, 102, 2088, 102], [0, 0, 0, 1, 1])
+    """
+    d = Path(directory)
+    loaded = load_transformers(d)
+    family = loaded.model.cfg.family
+    tokenizer_config = _read_optional_json(d / "tokenizer_config.json")
+    tokenizer: FairseqGPT2Tokenizer | PieceTokenizer
+    fast = _read_optional_json(d / "tokenizer.json").get("model") or {}  # transformers 5 writes only this
+    if family == "roberta":
+        if (d / "vocab.json").is_file():
+            vocab = _read_encoder_json(d / "vocab.json")
+            merges = _read_vocab_bpe(d / "merges.txt")
+        elif fast.get("type") == "BPE":
+            vocab = dict(fast["vocab"])
+            merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in fast["merges"]]
+        else:
+            raise FileNotFoundError(f"{str(d)!r} has neither vocab.json + merges.txt nor a BPE tokenizer.json")
+        bpe = _transformers_bpe(vocab, merges)
+        # Index i is vocab.json's id i; specials keep their names so the hub finds <s>, <mask>, ...
+        names: dict[int, str] = {}
+        for token, token_id in vocab.items():  # the first token of an id names it
+            names.setdefault(token_id, token)
+        names = {i: t for i, t in names.items() if t.startswith("<") and t.endswith(">")}
+        symbols = [names.get(i, str(i)) for i in range(loaded.model.cfg.vocab_size)]
+        dictionary = Dictionary.from_symbols(symbols, bos="<s>", pad="<pad>", eos="</s>", unk="<unk>", source=str(d))
+        tokenizer = FairseqGPT2Tokenizer(bpe, dictionary)
+    elif family == "bert":
+        from .tokenizers.wordpiece import WordPieceTokenizer, read_vocab
+
+        options = {"do_lower_case": tokenizer_config.get("do_lower_case", True),
+                   "strip_accents": tokenizer_config.get("strip_accents"),
+                   "tokenize_chinese_chars": tokenizer_config.get("tokenize_chinese_chars", True)}
+        if (d / "vocab.txt").is_file():
+            tokens = read_vocab(d / "vocab.txt")
+        elif fast.get("type") == "WordPiece":
+            tokens = [t for t, _ in sorted(fast["vocab"].items(), key=lambda item: item[1])]
+        else:
+            raise FileNotFoundError(f"{str(d)!r} has neither vocab.txt nor a WordPiece tokenizer.json")
+        names = {k: tokenizer_config[k] for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")
+                 if isinstance(tokenizer_config.get(k), str)}
+        tokenizer = PieceTokenizer.for_vocabulary(WordPieceTokenizer(tokens, **options, **names, source=str(d)),
+                                                  "wordpiece")
+    elif family == "albert":
+        from .tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
+
+        if not (d / "spiece.model").is_file():
+            raise FileNotFoundError(f"{str(d)!r} has no spiece.model (ALBERT's SentencePiece model)")
+        tokenizer = PieceTokenizer.for_vocabulary(
+            SentencePieceTokenizer.from_file(d / "spiece.model", do_lower_case=tokenizer_config.get("do_lower_case", True),
+                                             keep_accents=tokenizer_config.get("keep_accents", False)),
+            "sentencepiece")
+    else:
+        raise CheckpointError(f"{str(d)!r}: no tokenizer support for family {family!r}")
+    if len(tokenizer.dictionary) != loaded.model.cfg.vocab_size:
+        raise CheckpointError(f"{str(d)!r}: the tokenizer has {len(tokenizer.dictionary)} tokens but the model's "
+                              f"embedding has {loaded.model.cfg.vocab_size} rows")
+    loaded.model.has_lm_head = loaded.has_lm_head
+    cfg = {"model": {"_name": loaded.architecture, **loaded.config}, "task": {}}
+    return RobertaHubInterface(loaded.model, tokenizer, labels=loaded.labels, cfg=cfg).eval()
+
+
+def _transformers_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> GPT2BPE:
+    """GPT-2 BPE over transformers' ``vocab.json`` (token -> model index) and merges.
+
+    A vocabulary exported from a fairseq model lacks the BPE tokens its ``dict.txt`` lacked;
+    transformers' tokenizer turns those into ``<unk>``, and so do we: they enter the encoder
+    with ids past the model's vocabulary, which the dictionary does not know and maps to
+    ``<unk>`` (fairseq's behaviour for symbols missing from ``dict.txt``).
+    """
+    encoder: dict[str, int] = {}
+    owned: set[int] = set()
+    for token, token_id in vocab.items():  # later tokens sharing an id (exported <unk> fillers) are dropped
+        if token_id not in owned:
+            encoder[token] = token_id
+            owned.add(token_id)
+    next_id = max(encoder.values(), default=-1) + 1
+    for token in [*bytes_to_unicode().values(), *(t for a, b in merges for t in (a, b, a + b))]:
+        if token not in encoder:
+            encoder[token] = next_id
+            next_id += 1
+    return GPT2BPE(encoder, merges)
+
+
+def _read_optional_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise CheckpointError(f"{str(path)!r} is not valid JSON ({exc})") from None
 
 
 def _first_existing(*candidates: Path) -> Path:

@@ -148,6 +148,23 @@ def load_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     >>> sorted(state)[:3]                                        # doctest: +SKIP
     ['args', 'cfg', 'extra_state']
     """
+    state = load_torch_file(path)
+    if not isinstance(state, dict) or "model" not in state or not isinstance(state["model"], dict):
+        found = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"{str(path)!r} is not a fairseq checkpoint: expected a dict with a 'model' state dict, found {found}")
+    state["args"] = to_plain(state.get("args"))
+    state["cfg"] = to_plain(state.get("cfg"))
+    return state
+
+
+def load_torch_file(path: str | os.PathLike[str]) -> Any:
+    """Any ``torch.save`` file (a fairseq checkpoint, a transformers ``pytorch_model.bin``),
+    read onto the CPU with torch's restricted unpickler and the inert globals above; errors
+    as :func:`load_checkpoint_file`.
+
+    >>> load_torch_file("pytorch_model.bin")["embeddings.word_embeddings.weight"].shape  # doctest: +SKIP
+    torch.Size([30522, 768])
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file {str(path)!r} does not exist")
@@ -168,11 +185,6 @@ def load_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError, KeyError) as exc:
         kind = "truncated or damaged" if _is_zip_prefix(path) else "not a PyTorch checkpoint"
         raise CheckpointError(f"{str(path)!r} is {kind} ({type(exc).__name__}: {_first_line(str(exc))})") from None
-    if not isinstance(state, dict) or "model" not in state or not isinstance(state["model"], dict):
-        found = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(f"{str(path)!r} is not a fairseq checkpoint: expected a dict with a 'model' state dict, found {found}")
-    state["args"] = to_plain(state.get("args"))
-    state["cfg"] = to_plain(state.get("cfg"))
     return state
 
 

@@ -191,6 +191,35 @@ class Dictionary:
     # ------------------------------------------------------------------ files
 
     @classmethod
+    def from_symbols(
+        cls, symbols: Iterable[str], *, bos: str, pad: str, eos: str, unk: str, source: str = "vocabulary"
+    ) -> Dictionary:
+        """A dictionary whose index ``i`` is ``symbols[i]``, specials included where they stand:
+        the index space of a transformers checkpoint (``vocab.txt``, ``vocab.json``, a
+        SentencePiece model), where ``[CLS]``/``[SEP]`` play fairseq's ``<s>``/``</s>``.
+
+        >>> d = Dictionary.from_symbols(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello"],
+        ...                             bos="[CLS]", pad="[PAD]", eos="[SEP]", unk="[UNK]")
+        >>> d.bos(), d.pad(), d.eos(), d.index("hello"), d.index("absent")
+        (2, 0, 3, 4, 1)
+        """
+        d = cls.__new__(cls)
+        d.bos_word, d.pad_word, d.eos_word, d.unk_word = bos, pad, eos, unk
+        d.symbols, d.count, d.indices = [], [], {}
+        for index, symbol in enumerate(symbols):
+            if symbol in d.indices:
+                raise DictionaryFormatError(f"{source}: {symbol!r} appears twice (indices {d.indices[symbol]} and {index})")
+            d.indices[symbol] = index
+            d.symbols.append(symbol)
+            d.count.append(1)
+        for role, symbol in (("bos", bos), ("pad", pad), ("eos", eos), ("unk", unk)):
+            if symbol not in d.indices:
+                raise DictionaryFormatError(f"{source}: has no {role} symbol {symbol!r}")
+        d.bos_index, d.pad_index, d.eos_index, d.unk_index = (d.indices[s] for s in (bos, pad, eos, unk))
+        d.nspecial = 0
+        return d
+
+    @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Dictionary:
         """Read a fairseq ``dict.txt``: rows ``<symbol> <count> [#fairseq:overwrite]``.
 

@@ -309,6 +309,11 @@ class GPT2BPE:
         }
         self._cache = _WordCache(self._word_ids, cache_size)
 
+    @property
+    def merges(self) -> list[tuple[str, str]]:
+        """The merges, best first (``vocab.bpe`` without its header)."""
+        return sorted(self._ranks, key=self._ranks.__getitem__)
+
     @classmethod
     def from_files(
         cls,
