@@ -8,6 +8,7 @@ fairseq.
 """
 
 from . import checkpoint_compat, criterions, models, tasks
+from . import electra, question_answering, spanbert  # noqa: F401,E402  (electra_ext, spanbert_ext, extractive_qa)
 
 checkpoint_compat.install()
 

@@ -4,13 +4,13 @@ Every family (RoBERTa, BERT, ALBERT, ...) is the same :class:`RobertaModel` buil
 different :class:`EncoderConfig`; each family's file holds its presets and what is truly its own.
 """
 
-from . import albert, bert
+from . import albert, bert, electra, spanbert
 from .config import PRESETS, EncoderConfig
 from .encoder import TransformerEncoder, TransformerEncoderLayer
 from .heads import ClassificationHead, LMHead, PooledClassificationHead, Pooler, TokenClassificationHead
 from .roberta import RobertaModel
 
-for _family in (bert, albert):
+for _family in (bert, albert, electra, spanbert):
     PRESETS.update(_family.PRESETS)
 
 EncoderModel = RobertaModel

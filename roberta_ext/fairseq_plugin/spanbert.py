@@ -1,0 +1,172 @@
+"""SpanBERT in fairseq: the ``spanbert_ext`` model (archs ``spanbert_ext_base``,
+``spanbert_ext_large``), the ``spanbert`` task and the ``spanbert`` criterion. No NSP.
+
+As with ELECTRA, one architecture serves pretraining and fine-tuning: under ``--task spanbert``
+the model carries the span boundary head; under any other task it is the encoder alone, and
+restoring a pretraining checkpoint drops the head while loading.
+
+The task is ``roberta_ext_mlm`` with span masking on by default (whole-word spans, geometric
+lengths with p = 0.2, at most 10 words, 80/10/10 per span); it needs the GPT-2 BPE files to find
+word starts (``DATA/encoder.json`` and ``DATA/vocab.bpe``, or ``--bpe-encoder-json``/``--bpe-vocab``).
+"""
+
+# No "from __future__ import annotations": fairseq reads dataclass field types at run time.
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from fairseq import utils
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+from fairseq.logging import metrics
+from fairseq.models import register_model, register_model_architecture
+from fairseq.tasks import register_task
+from fairseq.utils import safe_getattr
+
+from ..modeling import spanbert
+from .electra import drop_absent_modules
+from .models import RobertaExtConfig, RobertaExtModel, roberta_ext_base, roberta_ext_large
+from .tasks import RobertaExtMLMConfig, RobertaExtMLMTask
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SpanBertExtConfig(RobertaExtConfig):
+    """The ``roberta_ext`` options plus the span boundary head's."""
+
+    sbo_max_span_length: int = field(
+        default=spanbert.DEFAULT_MAX_SPAN_LENGTH,
+        metadata={"help": "rows of the SBO position table (offsets within a span are clamped to it)"})
+    sbo_position_dim: Optional[int] = field(
+        default=None, metadata={"help": "width of the SBO position embeddings (default: the hidden size)"})
+
+
+@register_model("spanbert_ext", dataclass=SpanBertExtConfig)
+class SpanBertExtModel(RobertaExtModel):
+    """The encoder with its MLM head; with a span boundary head under ``--task spanbert``."""
+
+    @classmethod
+    def build_model(cls, args: Any, task: Any) -> "SpanBertExtModel":
+        model = super().build_model(args, task)
+        if getattr(task, "spanbert_pretraining", False):
+            spanbert.add_sbo_head(model,
+                                  max_span_length=safe_getattr(args, "sbo_max_span_length",
+                                                               spanbert.DEFAULT_MAX_SPAN_LENGTH),
+                                  position_dim=safe_getattr(args, "sbo_position_dim", None))
+        return model
+
+    def forward(
+        self,
+        src_tokens: torch.Tensor,
+        features_only: bool = False,
+        return_all_hiddens: bool = False,
+        classification_head_name: Optional[str] = None,
+        masked_tokens: Optional[torch.Tensor] = None,
+        segment_labels: Optional[torch.Tensor] = None,
+        token_head_name: Optional[str] = None,
+        spanbert_targets: Optional[torch.Tensor] = None,
+        **unused: Any,
+    ):
+        """With ``spanbert_targets`` (the masked-LM targets), the MLM and SBO logits of the
+        masked tokens as a :class:`~roberta_ext.modeling.spanbert.SpanBertOutput`; otherwise
+        the usual encoder forward."""
+        if spanbert_targets is not None:
+            if spanbert.SBO_HEAD not in self._modules:
+                raise ValueError("this spanbert_ext model has no span boundary head: it is built for "
+                                 "pretraining only under --task spanbert")
+            return spanbert.spanbert_forward(self, src_tokens, spanbert_targets, segment_labels=segment_labels)
+        return super().forward(src_tokens, features_only, return_all_hiddens, classification_head_name,
+                               masked_tokens, segment_labels, token_head_name, **unused)
+
+    def upgrade_state_dict_named(self, state_dict: dict, name: str) -> None:
+        drop_absent_modules(self, state_dict, f"{name}." if name else "", spanbert.PRETRAINING_ONLY)
+        super().upgrade_state_dict_named(state_dict, name)
+
+
+SPANBERT_DEFAULTS = {"family": "spanbert", "type_vocab_size": 2, "position_style": "absolute",
+                     "layer_norm_eps": 1e-12, "pooler": False}
+
+
+def _spanbert(args: Any) -> None:
+    for option, default in SPANBERT_DEFAULTS.items():
+        setattr(args, option, safe_getattr(args, option, default))
+
+
+@register_model_architecture("spanbert_ext", "spanbert_ext_base")
+def spanbert_ext_base(args: Any) -> None:
+    """SpanBERT-base: BERT-base's shape (12 x 768), segments and absolute positions, no pooler."""
+    _spanbert(args)
+    roberta_ext_base(args)
+
+
+@register_model_architecture("spanbert_ext", "spanbert_ext_large")
+def spanbert_ext_large(args: Any) -> None:
+    """SpanBERT-large: 24 x 1024, 16 heads."""
+    _spanbert(args)
+    roberta_ext_large(args)
+
+
+@dataclass
+class SpanBertTaskConfig(RobertaExtMLMConfig):
+    """``roberta_ext_mlm``'s options with span masking on."""
+
+    span_masking: bool = field(default=True, metadata={"help": "SpanBERT: geometric spans of whole words"})
+
+
+@register_task("spanbert", dataclass=SpanBertTaskConfig)
+class SpanBertTask(RobertaExtMLMTask):
+    """SpanBERT pretraining data: span-masked batches (no sentence pairs, no NSP)."""
+
+    spanbert_pretraining = True  # read by SpanBertExtModel.build_model
+
+
+@dataclass
+class SpanBertLossConfig(FairseqDataclass):
+    """No options: both losses count fully, as in the paper."""
+
+
+@register_criterion("spanbert", dataclass=SpanBertLossConfig)
+class SpanBertCriterion(FairseqCriterion):
+    """MLM + SBO cross-entropy summed over the masked tokens. Logged in bits per masked token,
+    like ``roberta_ext_mlm``: ``loss`` (the sum of the two), ``mlm_loss``, ``sbo_loss``, and the
+    accuracies ``mlm_acc`` and ``sbo_acc`` (percent)."""
+
+    def __init__(self, cfg: SpanBertLossConfig, task: Any) -> None:
+        super().__init__(task)
+
+    def forward(self, model: Any, sample: dict, reduce: bool = True):
+        output = model(**sample["net_input"], spanbert_targets=sample["target"])
+        if not isinstance(output, spanbert.SpanBertOutput):
+            raise TypeError("criterion 'spanbert' needs --arch spanbert_ext_* with --task spanbert")
+        parts = spanbert.spanbert_loss(output)
+        logging_output = {
+            "loss": parts.loss.detach(),
+            "mlm_loss": parts.mlm_loss,
+            "sbo_loss": parts.sbo_loss,
+            "mlm_correct": parts.mlm_correct,
+            "sbo_correct": parts.sbo_correct,
+            "ntokens": sample["ntokens"],
+            "nsentences": sample["nsentences"],
+            "sample_size": parts.masked,
+        }
+        return parts.loss, parts.masked, logging_output
+
+    @staticmethod
+    def reduce_metrics(logging_outputs: list) -> None:
+        def total(key: str) -> float:
+            return float(sum(log.get(key, 0) for log in logging_outputs))
+
+        masked = total("sample_size")
+        for key in ("loss", "mlm_loss", "sbo_loss"):
+            metrics.log_scalar(key, total(key) / max(masked, 1) / math.log(2), masked, round=3)
+        metrics.log_scalar("mlm_acc", 100 * total("mlm_correct") / max(masked, 1), masked, round=2)
+        metrics.log_scalar("sbo_acc", 100 * total("sbo_correct") / max(masked, 1), masked, round=2)
+        metrics.log_derived("mlm_ppl", lambda meters: utils.get_perplexity(meters["mlm_loss"].avg))
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

@@ -1,0 +1,538 @@
+"""ELECTRA (Clark et al., 2020): pretraining by replaced-token detection.
+
+Two encoders are trained together. A small **generator** — the same transformer, its hidden
+size, feed-forward size and head count a fraction (1/4 by default) of the discriminator's — does
+masked-LM on the masked input. At every masked position a token is **sampled** from its output
+distribution (Gumbel-max, no gradient flows through the sample), giving a corrupted sentence.
+The **discriminator** reads the corrupted sentence and says, for every token, whether it is the
+original or a replacement; a sampled token that happens to equal the original counts as
+original. The loss is ``generator MLM + lambda * discriminator BCE`` (lambda = 50), the BCE
+taken over all non-padding tokens. After pretraining the generator is thrown away and the
+discriminator is the encoder that gets fine-tuned.
+
+The two share their embeddings (token, position, segment, and the embedding LayerNorm, which
+sits in ELECTRA's shared ``embeddings`` scope). The generator is narrower than the embeddings, so
+each model projects them to its own width with its own ``embed_proj`` — the core's factorized
+embeddings (``embedding_size`` = E). The generator's MLM head maps its hidden size back to E
+and predicts through the shared embedding matrix.
+
+Layout of a pretraining model (a :class:`~roberta_ext.modeling.RobertaModel` plus two modules,
+so the discriminator keeps the keys every loader knows)::
+
+    encoder.sentence_encoder.*   the discriminator (what the hub serves)
+    encoder.lm_head.*            the discriminator's MLM head: unused and frozen, kept so the
+                                 state dict loads as an ordinary model (fill_mask on an ELECTRA
+                                 discriminator is meaningless)
+    discriminator_head.*         dense H->H, GELU, dense_prediction H->1 (transformers' names)
+    generator.*                  a whole RobertaModel; its embeddings are the discriminator's
+
+>>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+>>> model.generator.cfg.encoder_embed_dim, model.cfg.encoder_embed_dim, model.cfg.embed_dim
+(8, 32, 16)
+>>> model.generator.encoder.sentence_encoder.embed_tokens is model.encoder.sentence_encoder.embed_tokens
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import EncoderConfig
+from .encoder import get_activation_fn, init_bert_params
+from .roberta import RobertaModel
+
+GENERATOR = "generator"
+"""Attribute (and state-dict prefix) of the generator of a pretraining model."""
+
+DISCRIMINATOR_HEAD = "discriminator_head"
+"""Attribute (and state-dict prefix) of the replaced-token-detection head."""
+
+DEFAULT_GENERATOR_FRACTION = 0.25
+"""Generator width / discriminator width (the paper: 1/4 for small and large, 1/3 for base)."""
+
+DEFAULT_DISCRIMINATOR_WEIGHT = 50.0
+"""The paper's lambda: weight of the discriminator's BCE against the generator's MLM loss."""
+
+SHARED_EMBEDDINGS = ("embed_tokens", "embed_positions", "segment_embeddings", "layernorm_embedding")
+"""Modules of the discriminator's ``sentence_encoder`` that the generator uses as its own."""
+
+
+# ------------------------------------------------------------------------------- configs
+
+def electra_config(**overrides: Any) -> EncoderConfig:
+    """ELECTRA-base's discriminator with ``overrides``: BERT's uncased vocabulary, 12 x 768.
+
+    ELECTRA is BERT's architecture (absolute positions, segments, LayerNorm epsilon 1e-12) without
+    a pooler; its classification head is dense -> GELU -> out_proj on the first token, which is
+    our :class:`~roberta_ext.modeling.heads.ClassificationHead` with ``pooler_activation_fn="gelu"``.
+    """
+    values: dict[str, Any] = dict(
+        family="electra",
+        vocab_size=30522,
+        padding_idx=0,
+        encoder_layers=12,
+        encoder_embed_dim=768,
+        encoder_ffn_embed_dim=3072,
+        encoder_attention_heads=12,
+        max_positions=512,
+        activation_fn="gelu",
+        pooler_activation_fn="gelu",
+        type_vocab_size=2,
+        position_style="absolute",
+        layer_norm_eps=1e-12,
+        pooler=False,
+    )
+    values.update(overrides)
+    return EncoderConfig(**values)
+
+
+PRESETS = {
+    "electra-tiny": lambda: electra_config(vocab_size=64, encoder_layers=2, encoder_embed_dim=32,
+                                           encoder_ffn_embed_dim=64, encoder_attention_heads=4, embedding_size=16,
+                                           max_positions=64),
+    "electra-small": lambda: electra_config(encoder_embed_dim=256, encoder_ffn_embed_dim=1024,
+                                            encoder_attention_heads=4, embedding_size=128),
+    "electra-base": electra_config,
+    "electra-large": lambda: electra_config(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
+                                            encoder_attention_heads=16),
+}
+
+
+def generator_config(cfg: EncoderConfig, fraction: float = DEFAULT_GENERATOR_FRACTION) -> EncoderConfig:
+    """The generator that goes with discriminator ``cfg``: same depth and vocabulary, hidden
+    size, feed-forward size and head count scaled by ``fraction``, embeddings ``cfg.embed_dim``
+    wide (they are the discriminator's), no pooler.
+
+    >>> g = generator_config(EncoderConfig.preset("electra-base"), 1 / 3)
+    >>> g.encoder_embed_dim, g.encoder_ffn_embed_dim, g.encoder_attention_heads, g.embed_dim
+    (256, 1024, 4, 768)
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
+        raise ValueError(f"generator fraction must be a number in (0, 1], got {fraction!r}")
+    hidden = max(1, round(cfg.encoder_embed_dim * fraction))
+    heads = max(1, min(hidden, round(cfg.encoder_attention_heads * fraction)))
+    while hidden % heads:  # the nearest head count at or below the scaled one that divides the width
+        heads -= 1
+    return cfg.replace(
+        encoder_embed_dim=hidden,
+        encoder_ffn_embed_dim=max(1, round(cfg.encoder_ffn_embed_dim * fraction)),
+        encoder_attention_heads=heads,
+        embedding_size=cfg.embed_dim if cfg.embed_dim != hidden else None,
+        pooler=False,
+    )
+
+
+# -------------------------------------------------------------------------------- modules
+
+class ElectraDiscriminatorHead(nn.Module):
+    """Replaced-token detection: dense H->H -> activation -> dense_prediction H->1, one logit
+    per token (positive: replaced). Names as transformers' ``ElectraDiscriminatorPredictions``."""
+
+    def __init__(self, dim: int, activation_fn: str = "gelu") -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+        self.activation_fn = get_activation_fn(activation_fn)
+        self.dense_prediction = nn.Linear(dim, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T)
+        return self.dense_prediction(self.activation_fn(self.dense(features))).squeeze(-1)
+
+
+def add_discriminator_head(model: RobertaModel) -> ElectraDiscriminatorHead:
+    """Give ``model`` a (freshly initialised) ``discriminator_head``, on its device and dtype;
+    works on meta-device models that are about to receive a checkpoint.
+
+    Checkpoint loaders call it when the file has ``discriminator_head.*`` keys, before loading.
+    """
+    head = ElectraDiscriminatorHead(model.cfg.encoder_embed_dim, model.cfg.activation_fn)
+    head.apply(init_bert_params)
+    param = next(model.parameters())
+    head = head.to(device=param.device, dtype=param.dtype).train(model.training)
+    setattr(model, DISCRIMINATOR_HEAD, head)
+    return head
+
+
+def add_generator(model: RobertaModel, fraction: float | EncoderConfig = DEFAULT_GENERATOR_FRACTION) -> RobertaModel:
+    """Give ``model`` (the discriminator) a ``generator``: a :class:`RobertaModel` whose
+    embeddings (:data:`SHARED_EMBEDDINGS`) and tied output matrix are the discriminator's.
+    ``fraction`` is the generator's relative width, or its whole config."""
+    gen_cfg = fraction if isinstance(fraction, EncoderConfig) else generator_config(model.cfg, fraction)
+    if gen_cfg.embed_dim != model.cfg.embed_dim or gen_cfg.vocab_size != model.cfg.vocab_size:
+        raise ValueError(f"the generator's embeddings ({gen_cfg.vocab_size} x {gen_cfg.embed_dim}) must be the "
+                         f"discriminator's ({model.cfg.vocab_size} x {model.cfg.embed_dim}) to be shared")
+    param = next(model.parameters())
+    generator = RobertaModel(gen_cfg).to(device=param.device, dtype=param.dtype).train(model.training)
+    ours, theirs = model.encoder.sentence_encoder, generator.encoder.sentence_encoder
+    for name in SHARED_EMBEDDINGS:
+        setattr(theirs, name, getattr(ours, name))
+    if not gen_cfg.untie_weights:
+        generator.encoder.lm_head.weight = ours.embed_tokens.weight
+    setattr(model, GENERATOR, generator)
+    return generator
+
+
+def freeze_unused_lm_head(model: RobertaModel) -> None:
+    """Stop training the discriminator's MLM head (ELECTRA has no use for it): its dense layer,
+    LayerNorm and bias get ``requires_grad=False`` — optimizers skip them and distributed
+    data-parallel does not wait for their gradients. The tied output matrix is the token
+    embedding and keeps training."""
+    head = model.encoder.lm_head
+    for param in (*head.dense.parameters(), *head.layer_norm.parameters(), head.bias):
+        param.requires_grad_(False)
+    if model.cfg.untie_weights:
+        head.weight.requires_grad_(False)
+
+
+def prepare_for_pretraining(model: RobertaModel, fraction: float = DEFAULT_GENERATOR_FRACTION) -> RobertaModel:
+    """Turn ``model`` into an ELECTRA pretraining model in place: add the generator and the
+    discriminator head, freeze the unused MLM head. Returns ``model``."""
+    add_generator(model, fraction)
+    add_discriminator_head(model)
+    freeze_unused_lm_head(model)
+    return model
+
+
+class ElectraPretrainingModel(RobertaModel):
+    """The discriminator (this model) with a generator and a replaced-token-detection head.
+
+    >>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+    >>> tokens = torch.tensor([[0, 5, 6, 7, 2]])
+    >>> out = model.pretraining_forward(tokens.masked_fill(tokens == 6, 63), torch.tensor([[0, 0, 6, 0, 0]]))
+    >>> out.generator_logits.shape, out.discriminator_logits.shape
+    (torch.Size([1, 64]), torch.Size([1, 5]))
+    """
+
+    def __init__(self, cfg: EncoderConfig, generator_fraction: float | EncoderConfig = DEFAULT_GENERATOR_FRACTION):
+        super().__init__(cfg)
+        add_generator(self, generator_fraction)
+        add_discriminator_head(self)
+        freeze_unused_lm_head(self)
+
+    def pretraining_forward(self, src_tokens: torch.Tensor, targets: torch.Tensor, **kwargs: Any) -> "ElectraOutput":
+        """:func:`electra_forward` on this model."""
+        return electra_forward(self, src_tokens, targets, **kwargs)
+
+
+# --------------------------------------------------------------------- the forward pass
+
+@torch.no_grad()
+def sample_replacements(
+    logits: torch.Tensor, *, disallowed_ids: Sequence[int] = (), generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """One token per row of ``logits`` (N, V), drawn from ``softmax(logits)`` by Gumbel-max
+    (as ELECTRA's ``sample_from_softmax``), never one of ``disallowed_ids``. No gradient: the
+    result is an index, and the generator learns only from its MLM loss.
+
+    >>> sample_replacements(torch.tensor([[0.0, 50.0, 0.0]])).tolist()
+    [1]
+    """
+    scores = logits.detach().float()
+    if disallowed_ids:
+        scores = scores.index_fill(-1, torch.as_tensor(list(disallowed_ids), device=scores.device), float("-inf"))
+    uniform = torch.rand(scores.shape, generator=generator, device=scores.device if generator is None else "cpu")
+    uniform = uniform.to(scores.device).clamp_(min=1e-20)  # no log(0)
+    gumbel = -torch.log(-torch.log(uniform))
+    return (scores + gumbel).argmax(dim=-1)
+
+
+@dataclass
+class ElectraOutput:
+    """What one ELECTRA step computes. N is the number of masked positions."""
+
+    generator_logits: torch.Tensor
+    """(N, V) the generator's MLM logits at the masked positions, in row-major order."""
+    masked: torch.Tensor
+    """(B, T) bool: the masked (target) positions."""
+    original: torch.Tensor
+    """(B, T) the uncorrupted tokens."""
+    corrupted: torch.Tensor
+    """(B, T) the discriminator's input: ``original`` with a generator sample at every masked position."""
+    labels: torch.Tensor
+    """(B, T) bool: True where ``corrupted`` differs from ``original`` (a replaced token)."""
+    discriminator_logits: torch.Tensor
+    """(B, T) the discriminator's logits (positive: replaced)."""
+
+
+def electra_forward(
+    model: RobertaModel,
+    src_tokens: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    segment_labels: torch.Tensor | None = None,
+    disallowed_ids: Sequence[int] | None = None,
+    generator: torch.Generator | None = None,
+) -> ElectraOutput:
+    """One ELECTRA forward pass on a masked batch.
+
+    Args:
+        model: a discriminator with ``generator`` and ``discriminator_head`` (see
+            :func:`prepare_for_pretraining`).
+        src_tokens: (B, T) the masked input (``<mask>`` or kept tokens at target positions).
+        targets: (B, T) the original token at target positions, ``padding_idx`` elsewhere (the
+            masked-LM convention of :class:`~roberta_ext.data.masking.BatchMasker`).
+        disallowed_ids: tokens never sampled; padding always is (a sampled ``<pad>`` would be
+            read as padding). Pass ``<mask>`` too.
+        generator: a ``torch.Generator`` for the sampling (default: torch's global one).
+    """
+    pad = model.cfg.padding_idx
+    masked = targets.ne(pad)  # (B, T)
+    original = torch.where(masked, targets, src_tokens)  # (B, T)
+    generator_logits, _ = getattr(model, GENERATOR)(src_tokens, masked_tokens=masked,
+                                                    segment_labels=segment_labels)  # (N, V)
+    disallowed = sorted({pad, *(disallowed_ids or ())})
+    sampled = sample_replacements(generator_logits, disallowed_ids=disallowed, generator=generator)  # (N,)
+    corrupted = original.masked_scatter(masked, sampled)  # (B, T); row-major, as the LM head gathered
+    labels = corrupted.ne(original)  # a sample equal to the original is an original
+    features, _ = model.encoder.sentence_encoder(corrupted, segment_labels=segment_labels)  # (B, T, C)
+    discriminator_logits = getattr(model, DISCRIMINATOR_HEAD)(features)  # (B, T)
+    return ElectraOutput(generator_logits, masked, original, corrupted, labels, discriminator_logits)
+
+
+@dataclass
+class ElectraLoss:
+    """The objective and its parts; sums and counts, so that batches and ranks add up."""
+
+    loss: torch.Tensor
+    """generator MLM mean + weight * discriminator BCE mean: what is minimised (one batch)."""
+    generator_loss: torch.Tensor
+    """Sum of the generator's cross-entropy (nats) over the masked positions."""
+    masked: int
+    discriminator_loss: torch.Tensor
+    """Sum of the discriminator's binary cross-entropy (nats) over the non-padding tokens."""
+    tokens: int
+    replaced_correct: int
+    """Replaced tokens the discriminator calls replaced."""
+    replaced: int
+    original_correct: int
+    """Original (non-padding) tokens the discriminator calls original."""
+    original: int
+
+
+def electra_loss(
+    output: ElectraOutput, *, padding_idx: int, discriminator_weight: float = DEFAULT_DISCRIMINATOR_WEIGHT
+) -> ElectraLoss:
+    """ELECTRA's objective: mean MLM cross-entropy of the generator over masked positions plus
+    ``discriminator_weight`` times the mean BCE of the discriminator over non-padding tokens.
+
+    A batch without masked positions contributes a zero MLM term (and still trains the
+    discriminator), so that distributed ranks stay in step.
+    """
+    real = output.original.ne(padding_idx)  # (B, T)
+    num_masked, num_tokens = int(output.masked.sum()), int(real.sum())
+    gen_targets = output.original[output.masked]  # (N,)
+    gen_sum = (F.cross_entropy(output.generator_logits.float(), gen_targets, reduction="sum") if num_masked
+               else output.generator_logits.float().sum() * 0.0)
+    logits = output.discriminator_logits.float()[real]  # (M,)
+    labels = output.labels[real]  # (M,)
+    disc_sum = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="sum")
+    loss = gen_sum / max(num_masked, 1) + discriminator_weight * disc_sum / max(num_tokens, 1)
+    with torch.no_grad():
+        predicted = logits > 0
+        replaced = int(labels.sum())
+        replaced_correct = int((predicted & labels).sum())
+        original_correct = int((~predicted & ~labels).sum())
+    return ElectraLoss(loss, gen_sum, num_masked, disc_sum, num_tokens, replaced_correct, replaced,
+                       original_correct, num_tokens - replaced)
+
+
+# ----------------------------------------------------------------------------- inference
+
+@torch.no_grad()
+def replaced_token_probs(
+    model: RobertaModel, tokens: torch.Tensor, segment_labels: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The discriminator's probability that each token was replaced: (T,) -> (1, T), (B, T)
+    -> (B, T); 0 at padding. The seed's "real or fake" example.
+
+    >>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny")).eval()
+    >>> replaced_token_probs(model, torch.tensor([0, 5, 6, 2])).shape
+    torch.Size([1, 4])
+    """
+    head = getattr(model, DISCRIMINATOR_HEAD, None)
+    if head is None:
+        raise ValueError("this model has no ELECTRA discriminator head (discriminator_head): "
+                         "replaced_token_probs needs a checkpoint from ELECTRA pretraining")
+    if tokens.dim() == 1:
+        tokens = tokens.unsqueeze(0)
+    param = next(model.parameters())
+    tokens = tokens.to(param.device)
+    segments = None if segment_labels is None else segment_labels.to(param.device).view_as(tokens)
+    features, _ = model.encoder.sentence_encoder(tokens, segment_labels=segments)  # (B, T, C)
+    probs = torch.sigmoid(head(features).float())  # (B, T)
+    return probs.masked_fill(tokens.eq(model.cfg.padding_idx), 0.0)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+PRETRAINING_ONLY = (GENERATOR,)
+"""State-dict prefixes of ELECTRA pretraining that a served discriminator does not need."""
+
+
+def discriminator_state(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state_dict`` without the generator: what a hub loads from an ELECTRA pretraining
+    checkpoint. Other checkpoints come back unchanged. Keeps ``discriminator_head.*`` (see
+    :func:`has_discriminator_head` and :func:`add_discriminator_head`).
+
+    >>> sorted(discriminator_state({"generator.x": torch.zeros(1), "encoder.y": torch.zeros(1)}))
+    ['encoder.y']
+    """
+    return {k: v for k, v in state_dict.items() if not k.startswith(tuple(p + "." for p in PRETRAINING_ONLY))}
+
+
+def has_discriminator_head(state_dict: Mapping[str, torch.Tensor]) -> bool:
+    """Whether ``state_dict`` holds an ELECTRA discriminator head (``discriminator_head.*``)."""
+    return any(key.startswith(DISCRIMINATOR_HEAD + ".") for key in state_dict)
+
+
+# transformers' ElectraForPreTraining (the discriminator) -> ours, as data: (theirs, ours) key
+# prefixes, ``{n}`` standing for a layer number; ours = None drops the key. A template without
+# a trailing dot is a whole key. Read left to right it converts from transformers, right to left
+# back to it (see :func:`_rename`). Layers follow BERT's naming.
+HF_DISCRIMINATOR_KEYS: list[tuple[str, str | None]] = [
+    ("electra.embeddings.position_ids", None),  # a buffer (arange), not a weight
+    ("electra.embeddings.token_type_ids", None),
+    ("electra.embeddings.word_embeddings.", "encoder.sentence_encoder.embed_tokens."),
+    ("electra.embeddings.position_embeddings.", "encoder.sentence_encoder.embed_positions."),
+    ("electra.embeddings.token_type_embeddings.", "encoder.sentence_encoder.segment_embeddings."),
+    ("electra.embeddings.LayerNorm.", "encoder.sentence_encoder.layernorm_embedding."),
+    ("electra.embeddings_project.", "encoder.sentence_encoder.embed_proj."),
+    ("electra.encoder.layer.{n}.attention.self.query.", "encoder.sentence_encoder.layers.{n}.self_attn.q_proj."),
+    ("electra.encoder.layer.{n}.attention.self.key.", "encoder.sentence_encoder.layers.{n}.self_attn.k_proj."),
+    ("electra.encoder.layer.{n}.attention.self.value.", "encoder.sentence_encoder.layers.{n}.self_attn.v_proj."),
+    ("electra.encoder.layer.{n}.attention.output.dense.", "encoder.sentence_encoder.layers.{n}.self_attn.out_proj."),
+    ("electra.encoder.layer.{n}.attention.output.LayerNorm.",
+     "encoder.sentence_encoder.layers.{n}.self_attn_layer_norm."),
+    ("electra.encoder.layer.{n}.intermediate.dense.", "encoder.sentence_encoder.layers.{n}.fc1."),
+    ("electra.encoder.layer.{n}.output.dense.", "encoder.sentence_encoder.layers.{n}.fc2."),
+    ("electra.encoder.layer.{n}.output.LayerNorm.", "encoder.sentence_encoder.layers.{n}.final_layer_norm."),
+    ("discriminator_predictions.dense.", "discriminator_head.dense."),
+    ("discriminator_predictions.dense_prediction.", "discriminator_head.dense_prediction."),
+]
+
+
+def _rename(key: str, table: Sequence[tuple[str, str | None]]) -> tuple[bool, str | None]:
+    """(matched, new key or None to drop) for ``key`` under a (from, to) template table."""
+    for source, target in table:
+        pattern = "^" + re.escape(source).replace(re.escape("{n}"), r"(\d+)") + ("" if source.endswith(".") else "$")
+        match = re.match(pattern, key)
+        if match:
+            if target is None:
+                return True, None
+            if match.groups():
+                target = target.replace("{n}", match.group(1))
+            return True, target + key[match.end():]
+    return False, None
+
+
+# The HF config's fields under our names.
+HF_CONFIG_FIELDS: dict[str, str] = {
+    "vocab_size": "vocab_size",
+    "embedding_size": "embedding_size",
+    "hidden_size": "encoder_embed_dim",
+    "num_hidden_layers": "encoder_layers",
+    "num_attention_heads": "encoder_attention_heads",
+    "intermediate_size": "encoder_ffn_embed_dim",
+    "hidden_act": "activation_fn",
+    "hidden_dropout_prob": "dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+    "max_position_embeddings": "max_positions",
+    "type_vocab_size": "type_vocab_size",
+    "layer_norm_eps": "layer_norm_eps",
+    "pad_token_id": "padding_idx",
+}
+_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate", "relu": "relu",
+                   "tanh": "tanh", "linear": "linear"}
+
+
+def config_from_hf(hf_config: Mapping[str, Any]) -> EncoderConfig:
+    """Our config for a transformers ``ElectraConfig`` (as a dict, e.g. its ``config.json``).
+
+    >>> config_from_hf({"hidden_size": 256, "embedding_size": 128, "num_attention_heads": 4,
+    ...                 "intermediate_size": 1024}).embed_dim
+    128
+    """
+    values: dict[str, Any] = {}
+    for theirs, ours in HF_CONFIG_FIELDS.items():
+        if hf_config.get(theirs) is not None:
+            values[ours] = hf_config[theirs]
+    if "activation_fn" in values:
+        act = values["activation_fn"]
+        if act not in _HF_ACTIVATIONS:
+            raise ValueError(f"hidden_act={act!r} of the ELECTRA config has no equivalent here ({sorted(_HF_ACTIVATIONS)})")
+        values["activation_fn"] = _HF_ACTIVATIONS[act]
+    if values.get("embedding_size") == values.get("encoder_embed_dim", 768):
+        values["embedding_size"] = None
+    position_type = hf_config.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise ValueError(f"position_embedding_type={position_type!r} is not supported (only 'absolute')")
+    return electra_config(**values)
+
+
+def from_hf_discriminator_state(
+    hf_state_dict: Mapping[str, torch.Tensor], cfg: EncoderConfig
+) -> dict[str, torch.Tensor]:
+    """A transformers ``ElectraForPreTraining`` (or ``ElectraModel``, keys without ``electra.``)
+    state dict in our layout, for a model with :func:`add_discriminator_head` when the file has
+    the head. Every key must be known; a discriminator has no MLM head, so ours is filled with
+    a fresh initialisation (tied to the embeddings), as it would be after ELECTRA pretraining here.
+    """
+    converted: dict[str, torch.Tensor] = {}
+    for key, tensor in hf_state_dict.items():
+        if not key.startswith(("electra.", "discriminator_predictions.")):
+            key = "electra." + key  # ElectraModel's keys lack the prefix
+        matched, ours = _rename(key, HF_DISCRIMINATOR_KEYS)
+        if not matched:
+            raise KeyError(f"unexpected key {key!r} in the ELECTRA discriminator state dict")
+        if ours is not None:
+            converted[ours] = tensor
+    fresh = RobertaModel(cfg).encoder.lm_head.state_dict()
+    for name, tensor in fresh.items():
+        converted.setdefault(f"encoder.lm_head.{name}", tensor)
+    converted["encoder.lm_head.weight"] = converted["encoder.sentence_encoder.embed_tokens.weight"]
+    converted.setdefault("encoder.sentence_encoder.version", torch.Tensor([3]))
+    return converted
+
+
+def to_hf_discriminator_state(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our discriminator's state dict in transformers' ``ElectraForPreTraining`` layout (the MLM
+    head, which ELECTRA's discriminator lacks, is left out; so is the generator)."""
+    converted: dict[str, torch.Tensor] = {}
+    for key, tensor in discriminator_state(state_dict).items():
+        if key.startswith("encoder.lm_head.") or key == "encoder.sentence_encoder.version":
+            continue
+        matched, theirs = _rename(key, [(ours, hf) for hf, ours in HF_DISCRIMINATOR_KEYS if ours is not None])
+        if not matched or theirs is None:
+            raise KeyError(f"{key!r} has no place in an ELECTRA discriminator")
+        converted[theirs] = tensor
+    return converted
+
+
+__all__ = [
+    "DISCRIMINATOR_HEAD",
+    "ElectraDiscriminatorHead",
+    "ElectraLoss",
+    "ElectraOutput",
+    "ElectraPretrainingModel",
+    "GENERATOR",
+    "add_discriminator_head",
+    "add_generator",
+    "config_from_hf",
+    "discriminator_state",
+    "electra_config",
+    "electra_forward",
+    "electra_loss",
+    "freeze_unused_lm_head",
+    "from_hf_discriminator_state",
+    "generator_config",
+    "has_discriminator_head",
+    "prepare_for_pretraining",
+    "replaced_token_probs",
+    "sample_replacements",
+    "to_hf_discriminator_state",
+]
