@@ -26,7 +26,6 @@ WORDPIECE_CONTINUATION = "##"
 class SubwordTokenizer(Protocol):
     """What :class:`PieceTokenizer` needs from a WordPiece or SentencePiece tokenizer."""
 
-    tokens: list[str]
     cls_token: str
     sep_token: str
     pad_token: str
@@ -36,6 +35,16 @@ class SubwordTokenizer(Protocol):
     def tokenize(self, text: str) -> list[str]: ...
 
     def encode(self, text: str) -> list[int]: ...
+
+    def id_to_token(self, token_id: int) -> str: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+
+def vocabulary(pieces: SubwordTokenizer) -> list[str]:
+    """The tokenizer's tokens in id order."""
+    return [pieces.id_to_token(i) for i in range(pieces.vocab_size)]
 
 
 class PieceTokenizer:
@@ -52,13 +61,13 @@ class PieceTokenizer:
         self.dictionary = dictionary
         self.kind = kind
         # The dictionary is the tokenizer's own vocabulary: ids pass through unchanged.
-        self._identity = list(dictionary.symbols) == list(pieces.tokens)
+        self._identity = list(dictionary.symbols) == vocabulary(pieces)
 
     @classmethod
     def for_vocabulary(cls, pieces: SubwordTokenizer, kind: str = "wordpiece") -> PieceTokenizer:
         """A tokenizer whose indices are the sub-word tokenizer's own ids (transformers' layout),
         with ``[CLS]``/``[SEP]`` playing fairseq's ``<s>``/``</s>``."""
-        dictionary = Dictionary.from_symbols(pieces.tokens, bos=pieces.cls_token, pad=pieces.pad_token,
+        dictionary = Dictionary.from_symbols(vocabulary(pieces), bos=pieces.cls_token, pad=pieces.pad_token,
                                              eos=pieces.sep_token, unk=pieces.unk_token)
         return cls(pieces, dictionary, kind)
 
