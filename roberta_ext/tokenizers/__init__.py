@@ -1,9 +1,16 @@
-"""Tokenizers that turn text into fairseq dictionary indices. Pure Python: no torch needed.
+"""Tokenizers that turn text into model ids. Pure Python (plus ``sentencepiece``): no torch needed.
 
->>> from roberta_ext.tokenizers import FairseqGPT2Tokenizer
+GPT-2 byte-level BPE into fairseq dictionary indices (RoBERTa), WordPiece over a ``vocab.txt``
+(BERT), and SentencePiece over a ``spiece.model`` (ALBERT).
+
+>>> from roberta_ext.tokenizers import FairseqGPT2Tokenizer, WordPieceTokenizer, SentencePieceTokenizer
 >>> tok = FairseqGPT2Tokenizer.from_files("encoder.json", "vocab.bpe", "dict.txt")  # doctest: +SKIP
 >>> tok.encode("Hello world")  # doctest: +SKIP
 [31414, 232]
+>>> WordPieceTokenizer.from_file("vocab.txt").encode("Hello world")  # doctest: +SKIP
+[7592, 2088]
+>>> SentencePieceTokenizer.from_file("spiece.model").encode("Hello world")  # doctest: +SKIP
+[10975, 126]
 """
 
 from .dictionary import Dictionary, DictionaryFormatError
@@ -15,14 +22,34 @@ from .gpt2_bpe import (
     ReferenceGPT2BPE,
     bytes_to_unicode,
 )
+from .sentencepiece_tokenizer import SentencePieceFormatError, SentencePieceTokenizer, train_sentencepiece
+from .wordpiece import (
+    BasicTokenizer,
+    WordPiece,
+    WordPieceFormatError,
+    WordPieceTokenizer,
+    read_vocab,
+    train_wordpiece_vocab,
+    write_vocab,
+)
 
 __all__ = [
     "GPT2_SPLIT_PATTERN",
     "GPT2BPE",
+    "BasicTokenizer",
     "Dictionary",
     "DictionaryFormatError",
     "FairseqGPT2Tokenizer",
     "GPT2BPEFormatError",
     "ReferenceGPT2BPE",
+    "SentencePieceFormatError",
+    "SentencePieceTokenizer",
+    "WordPiece",
+    "WordPieceFormatError",
+    "WordPieceTokenizer",
     "bytes_to_unicode",
+    "read_vocab",
+    "train_sentencepiece",
+    "train_wordpiece_vocab",
+    "write_vocab",
 ]

@@ -1,0 +1,796 @@
+"""BERT's WordPiece tokenizer over a ``vocab.txt``, with the ids of transformers' slow ``BertTokenizer``.
+
+A ``vocab.txt`` lists one token per line; a token's id is its line number, from 0. Words start
+with a plain token (``"un"``) and go on with ``##`` tokens (``"##aff"``, ``"##able"``). Encoding
+runs in three steps, each a port of transformers' Python implementation (transformers 4.x
+``BertTokenizer``; ``BertTokenizerLegacy`` in transformers 5):
+
+1. Special tokens (``[CLS]``, ``[SEP]``, ``[MASK]``, ``[PAD]``, ``[UNK]``) written in the text
+   are cut out first and kept whole. With ``do_lower_case`` the rest of the text is then
+   lowercased *character by character*, as transformers 4.x ``PreTrainedTokenizer.tokenize``
+   did (so a word-final ``Σ`` becomes ``σ``, not the ``ς`` of Python's ``str.lower``).
+2. :class:`BasicTokenizer` cleans the text (drops NUL, U+FFFD and control characters, turns
+   whitespace into spaces), puts spaces around CJK ideographs, applies NFC, splits on
+   whitespace, lowercases and strips accents (uncased vocabularies), and splits off every
+   punctuation character.
+3. :class:`WordPiece` splits each word greedily into the longest tokens of the vocabulary,
+   or gives ``[UNK]`` for a word it cannot cover or one longer than 100 characters.
+
+:class:`WordPieceTokenizer` does all three, remembering the ids of each word it has seen.
+:func:`train_wordpiece_vocab` learns a small vocabulary from text, and :func:`write_vocab` writes it.
+
+transformers 5's ``BertTokenizer`` is a ``tokenizers`` (Rust) rewrite that gives other ids on rare
+input: it skips NFC, keeps unassigned code points and uses older Unicode tables. The tests in
+``tests/tokenizers/test_wordpiece.py`` pin each difference.
+
+>>> import os, tempfile
+>>> vocab = train_wordpiece_vocab(["Hello, world!", "hello words and wordpieces"] * 3, vocab_size=60)
+>>> vocab[:5]
+['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+>>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
+>>> write_vocab(vocab, path)
+>>> tok = WordPieceTokenizer.from_file(path)
+>>> tok.tokenize("Hello WORLDS [MASK]!")
+['hello', 'world', '##s', '[MASK]', '!']
+>>> tok.decode(tok.encode("Hello WORLDS [MASK]!"))
+'hello worlds [MASK] !'
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+import tempfile
+import unicodedata
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .gpt2_bpe import DEFAULT_CACHE_SIZE, _WordCache
+
+__all__ = [
+    "BERT_SPECIAL_TOKENS",
+    "BasicTokenizer",
+    "WordPiece",
+    "WordPieceFormatError",
+    "WordPieceTokenizer",
+    "read_vocab",
+    "train_wordpiece_vocab",
+    "write_vocab",
+]
+
+BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+"""BERT's special tokens, in the order of the first lines of BERT's own ``vocab.txt`` files."""
+
+CONTINUATION_PREFIX = "##"
+"""Marks a token that continues a word rather than starting one."""
+
+MAX_INPUT_CHARS_PER_WORD = 100
+"""Words longer than this (in characters) become ``[UNK]`` without being looked at, as in BERT."""
+
+
+class WordPieceFormatError(ValueError):
+    """A ``vocab.txt`` that cannot be used (empty, duplicate or missing tokens); the message names it."""
+
+
+# ------------------------------------------------------------------------------ character classes
+# Verbatim from transformers (tokenization_python.py / BERT's tokenization.py): which characters
+# are whitespace, control or punctuation decides where words split, so they use `unicodedata`
+# (the Unicode version of this Python), exactly as transformers does, not the `regex` module's.
+
+
+def _is_whitespace(char: str) -> bool:
+    # "\t", "\n" and "\r" are control characters (Cc), but count as whitespace.
+    return char in " \t\n\r" or unicodedata.category(char) == "Zs"
+
+
+def _is_control(char: str) -> bool:
+    return char not in "\t\n\r" and unicodedata.category(char).startswith("C")
+
+
+def _is_punctuation(char: str) -> bool:
+    # Every ASCII character that is neither a letter, a digit nor a space counts, including
+    # "^", "$" and "`", which Unicode files under symbols (S*) rather than punctuation (P*).
+    cp = ord(char)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_chinese_char(cp: int) -> bool:
+    # The CJK Unified Ideographs blocks (not Hangul, Hiragana or Katakana, which separate words
+    # with spaces), as BERT lists them: later extensions are left out, so that ids stay BERT's.
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+class _CleanTable(dict):
+    """A ``str.translate`` table, filled on demand, for BERT's ``_clean_text`` (and optionally
+    ``_tokenize_chinese_chars``): NUL, U+FFFD and control characters are deleted, whitespace
+    becomes a space, and CJK ideographs get a space on each side. One C call per text."""
+
+    def __init__(self, *, split_cjk: bool) -> None:
+        super().__init__()
+        self._split_cjk = split_cjk
+
+    def __missing__(self, cp: int) -> str | None:
+        char = chr(cp)
+        if cp == 0 or cp == 0xFFFD or _is_control(char):
+            value = None
+        elif _is_whitespace(char):
+            value = " "
+        elif self._split_cjk and _is_chinese_char(cp):
+            value = f" {char} "
+        else:
+            value = char
+        self[cp] = value
+        return value
+
+
+class _PunctuationTable(dict):
+    """char -> whether BERT splits it off as punctuation; filled on demand."""
+
+    def __missing__(self, char: str) -> bool:
+        value = self[char] = _is_punctuation(char)
+        return value
+
+
+# Shared by all tokenizers: they only grow with the distinct characters seen.
+_CLEAN = _CleanTable(split_cjk=False)
+_CLEAN_SPLIT_CJK = _CleanTable(split_cjk=True)
+_PUNCTUATION = _PunctuationTable()
+
+
+def _lowercase_per_character(text: str) -> str:
+    """``"".join(c.lower() for c in text)``, fast: transformers 4.x lowercased one character at a time.
+
+    Python's ``str.lower`` is per character except for one context rule (Final_Sigma): a capital
+    sigma that ends a word becomes ``ς``. Turning every ``Σ`` into ``σ`` first removes the rule.
+
+    >>> _lowercase_per_character("ΟΔΟΣ İ"), "ΟΔΟΣ".lower()
+    ('οδοσ i̇', 'οδος')
+    """
+    return text.replace("Σ", "σ").lower()
+
+
+def _strip_accents(text: str) -> str:
+    """NFD, then drop every nonspacing mark (Mn), as BERT's ``_run_strip_accents``.
+
+    >>> _strip_accents("Ångström naïve")
+    'Angstrom naive'
+    """
+    if text.isascii():
+        return text  # NFD leaves ASCII alone and ASCII has no marks
+    return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+
+
+# -------------------------------------------------------------------------------- basic tokenizer
+
+
+class BasicTokenizer:
+    """BERT's pre-tokenisation: clean, split CJK, NFC, lowercase, strip accents, split punctuation.
+
+    Gives the tokens of transformers' ``BasicTokenizer`` (``models/bert``) with the same options.
+    ``strip_accents=None`` strips accents exactly when lowercasing, as in BERT; ``True`` or ``False``
+    forces it on or off (``False`` keeps accents even while lowercasing). Tokens in ``never_split``
+    are kept whole, not lowercased, when they stand alone between whitespace.
+
+    >>> BasicTokenizer().tokenize("Héllo, WORLD!\\t中文 [MASK]")
+    ['hello', ',', 'world', '!', '中', '文', '[', 'mask', ']']
+    >>> BasicTokenizer(do_lower_case=False, never_split=["[MASK]"]).tokenize("Héllo [MASK]")
+    ['Héllo', '[MASK]']
+    """
+
+    def __init__(
+        self,
+        *,
+        do_lower_case: bool = True,
+        never_split: Iterable[str] = (),
+        tokenize_chinese_chars: bool = True,
+        strip_accents: bool | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
+        self.do_lower_case = do_lower_case
+        self.never_split = frozenset(never_split)
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.strip_accents = strip_accents
+        self._table = _CLEAN_SPLIT_CJK if tokenize_chinese_chars else _CLEAN
+        self._cache = _WordCache(self.split_word, cache_size)
+
+    def words(self, text: str) -> list[str]:
+        """The whitespace-separated words of ``text`` after cleaning, CJK splitting and NFC.
+
+        >>> BasicTokenizer().words("a\\x00b\\u00a0c中d")
+        ['ab', 'c', '中', 'd']
+        """
+        # Same order as transformers: clean, then CJK spaces, then NFC ("prevents treating the
+        # same character with different code points as different"), then whitespace split.
+        return unicodedata.normalize("NFC", text.translate(self._table)).split()
+
+    def split_word(self, word: str) -> tuple[str, ...]:
+        """The tokens of one word from :meth:`words`: lowercased, accents stripped, punctuation split.
+
+        >>> BasicTokenizer().split_word("Don't!")
+        ('don', "'", 't', '!')
+        """
+        if word in self.never_split:
+            return (word,)
+        if self.do_lower_case:
+            word = word.lower()
+            if self.strip_accents is not False:
+                word = _strip_accents(word)
+        elif self.strip_accents:
+            word = _strip_accents(word)
+        pieces: list[str] = []
+        start = 0
+        for i, char in enumerate(word):
+            if _PUNCTUATION[char]:
+                if start < i:
+                    pieces.append(word[start:i])
+                pieces.append(char)
+                start = i + 1
+        if start < len(word):
+            pieces.append(word[start:])
+        # transformers re-splits the joined tokens on whitespace; this keeps any that lowercasing
+        # or accent stripping might have produced (none in current Unicode) split the same way.
+        return tuple(" ".join(pieces).split())
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text``, as transformers' ``BasicTokenizer.tokenize(text)``.
+
+        >>> BasicTokenizer(strip_accents=False).tokenize("Ünïcode")
+        ['ünïcode']
+        """
+        return list(chain.from_iterable(map(self._cache.__getitem__, self.words(text))))
+
+
+# --------------------------------------------------------------------------------------- wordpiece
+
+
+class WordPiece:
+    """Greedy longest-match-first WordPiece over a vocabulary, as BERT's ``WordpieceTokenizer``.
+
+    Each word is cut, from the left, into the longest prefix that is a token, then the longest
+    ``##``-token that continues it, and so on. A word that cannot be covered this way, or that
+    has more than ``max_input_chars_per_word`` characters, becomes one ``unk_token``.
+
+    >>> wp = WordPiece({"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3})
+    >>> wp.tokenize("unaffable unable xyz")
+    ['un', '##aff', '##able', 'un', '##able', '[UNK]']
+    """
+
+    def __init__(
+        self,
+        vocab: Mapping[str, int],
+        *,
+        unk_token: str = "[UNK]",
+        max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD,
+    ) -> None:
+        self.vocab = vocab
+        self.unk_token = unk_token
+        self.max_input_chars_per_word = max_input_chars_per_word
+        # No token is longer than these, so longer candidates need not be looked up. The word's
+        # first piece may itself be a "##" token (a word that starts with "##"), so it is bounded
+        # by the longest token of any kind.
+        self._longest_first = max(map(len, vocab), default=0)
+        self._longest_continuation = max(
+            (len(token) - len(CONTINUATION_PREFIX) for token in vocab if token.startswith(CONTINUATION_PREFIX)),
+            default=0,
+        )
+
+    def word_pieces(self, word: str) -> list[str] | None:
+        """The tokens of one word, or ``None`` where BERT gives ``[UNK]``.
+
+        >>> WordPiece({"un": 0, "##aff": 1}).word_pieces("unaff"), WordPiece({"un": 0}).word_pieces("uno")
+        (['un', '##aff'], None)
+        """
+        length = len(word)
+        if length > self.max_input_chars_per_word:
+            return None
+        vocab, pieces, start = self.vocab, [], 0
+        longest = self._longest_first
+        while start < length:
+            end = min(length, start + longest)
+            while start < end:
+                piece = word[start:end] if start == 0 else CONTINUATION_PREFIX + word[start:end]
+                if piece in vocab:
+                    break
+                end -= 1
+            else:
+                return None
+            pieces.append(piece)
+            start = end
+            longest = self._longest_continuation
+        return pieces
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of the whitespace-separated words of ``text`` (already basic-tokenized).
+
+        >>> WordPiece({"[UNK]": 0, "a": 1, "##b": 2}).tokenize("ab ba")
+        ['a', '##b', '[UNK]']
+        """
+        tokens: list[str] = []
+        for word in text.split():
+            pieces = self.word_pieces(word)
+            tokens.extend([self.unk_token] if pieces is None else pieces)
+        return tokens
+
+
+# ---------------------------------------------------------------------------------- vocab.txt files
+
+
+def read_vocab(path: str | os.PathLike[str]) -> list[str]:
+    """The tokens of a ``vocab.txt``, one per line, as transformers' ``load_vocab`` reads them.
+
+    Lines end at ``"\\n"``, ``"\\r\\n"`` or ``"\\r"`` (text mode); only the line break is removed,
+    so a token may hold spaces. Raises ``FileNotFoundError`` for a missing file and
+    :class:`WordPieceFormatError` for an empty file or one that is not UTF-8. Duplicates are
+    checked by :class:`WordPieceTokenizer`.
+    """
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.readlines()
+    except FileNotFoundError as error:
+        raise FileNotFoundError(error.errno, "WordPiece vocabulary (vocab.txt) not found", str(path)) from None
+    except UnicodeDecodeError as error:
+        raise WordPieceFormatError(f"{path}: not valid UTF-8 ({error})") from None
+    if not lines:
+        raise WordPieceFormatError(f"{path}: the vocabulary is empty (expected one token per line)")
+    return [line.rstrip("\n") for line in lines]
+
+
+def write_vocab(tokens: Sequence[str], path: str | os.PathLike[str]) -> None:
+    """Write ``tokens`` to a ``vocab.txt``, one per line, atomically (temporary file, then rename).
+
+    Raises ``ValueError`` for an empty list, a duplicate token or a token holding a line break,
+    any of which would change the ids when the file is read back.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
+    >>> write_vocab(["[PAD]", "[UNK]", "a", "##b"], path)
+    >>> read_vocab(path)
+    ['[PAD]', '[UNK]', 'a', '##b']
+    """
+    tokens = list(tokens)
+    _index_tokens(tokens, source="tokens to write", error=ValueError)
+    for token in tokens:
+        if "\n" in token or "\r" in token:
+            raise ValueError(f"cannot write token {token!r} to {path}: it contains a line break")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as file:
+            file.writelines(f"{token}\n" for token in tokens)
+        # mkstemp creates the file owner-only; give it the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_name, 0o666 & ~umask)
+        os.replace(tmp_name, path)
+    except BaseException:
+        os.unlink(tmp_name)
+        raise
+
+
+def _index_tokens(
+    tokens: Sequence[str], *, source: str, error: type[Exception] = WordPieceFormatError
+) -> dict[str, int]:
+    """token -> id (its position), refusing an empty list and duplicates; messages name ``source``."""
+    if not tokens:
+        raise error(f"{source}: the vocabulary is empty")
+    index: dict[str, int] = {}
+    for token_id, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise TypeError(f"{source}: tokens are str, got {type(token).__name__} {token!r} at id {token_id}")
+        first = index.setdefault(token, token_id)
+        if first != token_id:
+            # transformers would silently give the token its later id and lose the earlier one.
+            raise error(
+                f"{source}: token {token!r} appears twice, on lines {first + 1} and {token_id + 1} "
+                f"(ids {first} and {token_id}); each token must appear once"
+            )
+    return index
+
+
+# -------------------------------------------------------------------------------------- tokenizer
+
+
+class WordPieceTokenizer:
+    """Text <-> BERT vocabulary ids, equal to transformers' slow ``BertTokenizer`` (no ``[CLS]``/``[SEP]`` added).
+
+    ``tokens`` is the vocabulary in id order (``vocab.txt``'s lines); see :meth:`from_file`.
+    ``do_lower_case``, ``strip_accents`` and ``tokenize_chinese_chars`` mean what they mean for
+    ``BertTokenizer``; use ``do_lower_case=False`` for cased checkpoints. The special tokens
+    must all be in the vocabulary. ``source`` names the vocabulary in error messages.
+
+    >>> tok = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "!"])
+    >>> tok.tokenize("UNAFFABLE!! [MASK] able")
+    ['un', '##aff', '##able', '!', '!', '[MASK]', '[UNK]']
+    >>> tok.encode("unaffable [MASK]"), tok.cls_id, tok.sep_id, tok.vocab_size
+    ([5, 6, 7, 4], 2, 3, 9)
+    >>> tok.decode([2, 5, 6, 7, 8, 3])
+    '[CLS] unaffable ! [SEP]'
+    """
+
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        *,
+        do_lower_case: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        unk_token: str = "[UNK]",
+        cls_token: str = "[CLS]",
+        sep_token: str = "[SEP]",
+        pad_token: str = "[PAD]",
+        mask_token: str = "[MASK]",
+        max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        source: str = "WordPiece vocabulary",
+    ) -> None:
+        self.tokens: list[str] = list(tokens)
+        self.token_ids: dict[str, int] = _index_tokens(self.tokens, source=source)
+        self.source = source
+        self.do_lower_case = do_lower_case
+        specials = {"unk": unk_token, "cls": cls_token, "sep": sep_token, "pad": pad_token, "mask": mask_token}
+        missing = [f"{role} token {token!r}" for role, token in specials.items() if token not in self.token_ids]
+        if missing:
+            raise WordPieceFormatError(
+                f"{source}: lacks the {', '.join(missing)}; BERT vocabularies start with "
+                f"{', '.join(BERT_SPECIAL_TOKENS)} (or pass the names this one uses)"
+            )
+        self.unk_token, self.cls_token, self.sep_token = unk_token, cls_token, sep_token
+        self.pad_token, self.mask_token = pad_token, mask_token
+        self._special_ids = {token: self.token_ids[token] for token in specials.values()}
+        self._specials = _SpecialSplitter(self._special_ids, lowercase=do_lower_case)
+        # transformers passes the special tokens as `never_split`: a word that only becomes a
+        # special token after cleaning (cased "[MA\x00SK]") is kept whole too.
+        self.basic = BasicTokenizer(
+            do_lower_case=do_lower_case,
+            never_split=self._special_ids,
+            tokenize_chinese_chars=tokenize_chinese_chars,
+            strip_accents=strip_accents,
+            cache_size=1,  # unused: this class caches whole words itself
+        )
+        self.wordpiece = WordPiece(
+            self.token_ids, unk_token=unk_token, max_input_chars_per_word=max_input_chars_per_word
+        )
+        self._unk_ids = (self.token_ids[unk_token],)
+        self._cache = _WordCache(self._word_ids, cache_size)
+
+    @classmethod
+    def from_file(
+        cls,
+        vocab_txt: str | os.PathLike[str],
+        *,
+        do_lower_case: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        unk_token: str = "[UNK]",
+        cls_token: str = "[CLS]",
+        sep_token: str = "[SEP]",
+        pad_token: str = "[PAD]",
+        mask_token: str = "[MASK]",
+        max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> WordPieceTokenizer:
+        """Load a ``vocab.txt`` (one token per line, id = line number from 0).
+
+        Raises ``FileNotFoundError`` for a missing file and :class:`WordPieceFormatError`, naming
+        the file, for an empty file, a duplicate token or a missing special token.
+        """
+        return cls(
+            read_vocab(vocab_txt),
+            do_lower_case=do_lower_case,
+            strip_accents=strip_accents,
+            tokenize_chinese_chars=tokenize_chinese_chars,
+            unk_token=unk_token,
+            cls_token=cls_token,
+            sep_token=sep_token,
+            pad_token=pad_token,
+            mask_token=mask_token,
+            max_input_chars_per_word=max_input_chars_per_word,
+            cache_size=cache_size,
+            source=str(vocab_txt),
+        )
+
+    # ---------------------------------------------------------------- lookups
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens (lines of ``vocab.txt``)."""
+        return len(self.tokens)
+
+    @property
+    def unk_id(self) -> int:
+        """Id of ``[UNK]``."""
+        return self._special_ids[self.unk_token]
+
+    @property
+    def cls_id(self) -> int:
+        """Id of ``[CLS]``."""
+        return self._special_ids[self.cls_token]
+
+    @property
+    def sep_id(self) -> int:
+        """Id of ``[SEP]``."""
+        return self._special_ids[self.sep_token]
+
+    @property
+    def pad_id(self) -> int:
+        """Id of ``[PAD]``."""
+        return self._special_ids[self.pad_token]
+
+    @property
+    def mask_id(self) -> int:
+        """Id of ``[MASK]``."""
+        return self._special_ids[self.mask_token]
+
+    def id_to_token(self, token_id: int) -> str:
+        """The token with id ``token_id``; ``IndexError`` naming it when out of range.
+
+        >>> WordPieceTokenizer(list(BERT_SPECIAL_TOKENS)).id_to_token(4)
+        '[MASK]'
+        """
+        if not 0 <= token_id < len(self.tokens):
+            raise IndexError(f"token id {token_id} is out of range for {self.source} ({len(self.tokens)} tokens)")
+        return self.tokens[token_id]
+
+    def token_to_id(self, token: str) -> int:
+        """The id of ``token``; ``KeyError`` naming it when it is not in the vocabulary.
+
+        >>> WordPieceTokenizer(list(BERT_SPECIAL_TOKENS)).token_to_id("[SEP]")
+        3
+        """
+        try:
+            return self.token_ids[token]
+        except KeyError:
+            raise KeyError(f"token {token!r} is not in {self.source}") from None
+
+    # ---------------------------------------------------------------- encoding
+
+    def _word_ids(self, word: str) -> tuple[int, ...]:
+        token_ids = self.token_ids
+        ids: list[int] = []
+        for token in self.basic.split_word(word):
+            pieces = self.wordpiece.word_pieces(token)
+            ids.extend(self._unk_ids if pieces is None else map(token_ids.__getitem__, pieces))
+        return tuple(ids)
+
+    def encode(self, text: str) -> list[int]:
+        """Vocabulary ids of ``text``, without ``[CLS]``/``[SEP]`` (``BertTokenizer``'s
+        ``encode(text, add_special_tokens=False)``).
+
+        >>> WordPieceTokenizer([*BERT_SPECIAL_TOKENS, "a", "##b"]).encode("AB [SEP] ba")
+        [5, 6, 3, 1]
+        """
+        ids: list[int] = []
+        words = self.basic.words
+        cached = self._cache.__getitem__
+        for chunk, special_id in self._specials.split(text):
+            if special_id is None:
+                ids.extend(chain.from_iterable(map(cached, words(chunk))))
+            else:
+                ids.append(special_id)
+        return ids
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text`` (``BertTokenizer.tokenize``).
+
+        >>> WordPieceTokenizer([*BERT_SPECIAL_TOKENS, "a", "##b"]).tokenize("AB [SEP] ba")
+        ['a', '##b', '[SEP]', '[UNK]']
+        """
+        return list(map(self.tokens.__getitem__, self.encode(text)))
+
+    # ---------------------------------------------------------------- decoding
+
+    def decode(self, ids: Iterable[int], *, clean_up_tokenization_spaces: bool = False) -> str:
+        """The tokens of ``ids`` joined by spaces, with ``" ##"`` removed (``convert_tokens_to_string``).
+
+        Special tokens stay as text. ``clean_up_tokenization_spaces=True`` also removes the space
+        before ``. ? ! ,`` and English contractions, as ``BertTokenizer.decode(ids)`` does by default.
+
+        >>> tok = WordPieceTokenizer([*BERT_SPECIAL_TOKENS, "a", "##b", "."])
+        >>> tok.decode([5, 6, 7]), tok.decode([5, 6, 7], clean_up_tokenization_spaces=True)
+        ('ab .', 'ab.')
+        """
+        text = " ".join(map(self.id_to_token, ids)).replace(" ##", "").strip()
+        if clean_up_tokenization_spaces:
+            text = _clean_up_tokenization(text)
+        return text
+
+    def __repr__(self) -> str:
+        name, size = type(self).__name__, self.vocab_size
+        return f"{name}({self.source!r}, {size} tokens, do_lower_case={self.do_lower_case})"
+
+
+def _clean_up_tokenization(text: str) -> str:
+    """transformers' ``PreTrainedTokenizerBase.clean_up_tokenization``, verbatim."""
+    return (
+        text.replace(" .", ".")
+        .replace(" ?", "?")
+        .replace(" !", "!")
+        .replace(" ,", ",")
+        .replace(" ' ", "'")
+        .replace(" n't", "n't")
+        .replace(" 'm", "'m")
+        .replace(" 's", "'s")
+        .replace(" 've", "'ve")
+        .replace(" 're", "'re")
+    )
+
+
+class _SpecialSplitter:
+    """Cuts special tokens out of text and lowercases the rest, as transformers 4.x's
+    ``PreTrainedTokenizer.tokenize`` does before calling the model's own tokenizer."""
+
+    def __init__(self, special_ids: Mapping[str, int], *, lowercase: bool) -> None:
+        self._ids = dict(special_ids)
+        # Longest first, so that of two specials starting at the same place the longer wins,
+        # as with transformers' trie.
+        alternatives = "|".join(map(re.escape, sorted(self._ids, key=len, reverse=True)))
+        self._pattern = re.compile(f"({alternatives})")
+        self._lowercase = lowercase
+        # transformers lowercases the text around the specials *before* splitting on them, so a
+        # special written in lowercase ("<unk>") also matches its uppercase spelling in the text.
+        # BERT's specials are uppercase, so one split suffices for them.
+        self._split_again = lowercase and any(_lowercase_per_character(t) == t for t in self._ids)
+
+    def split(self, text: str) -> Iterator[tuple[str, int | None]]:
+        """``(chunk, None)`` for text between specials (lowercased if asked), ``(token, id)`` for specials."""
+        parts = self._pattern.split(text)
+        if self._lowercase:
+            parts[::2] = map(_lowercase_per_character, parts[::2])
+            if self._split_again:
+                parts = self._pattern.split("".join(parts))
+        for i, part in enumerate(parts):
+            if i % 2:
+                yield part, self._ids[part]
+            elif part:
+                yield part, None
+
+
+# ---------------------------------------------------------------------------------------- training
+
+
+def train_wordpiece_vocab(
+    texts: Iterable[str],
+    vocab_size: int,
+    *,
+    do_lower_case: bool = True,
+    strip_accents: bool | None = None,
+    tokenize_chinese_chars: bool = True,
+    min_frequency: int = 2,
+    special_tokens: Sequence[str] = BERT_SPECIAL_TOKENS,
+    max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD,
+    progress: bool = False,
+) -> list[str]:
+    """Learn a WordPiece vocabulary of at most ``vocab_size`` tokens from ``texts``.
+
+    The vocabulary holds, in this order: ``special_tokens``; every character of the words
+    seen (most frequent first) and then each of them as a ``##`` continuation, so that any word
+    made of seen characters can be encoded; then tokens learned by merging the most frequent
+    pair of adjacent pieces within words (``"l" + "##o" -> "lo"``, ``"##o" + "##w" -> "##ow"``,
+    ties broken by the pair itself, so results are reproducible), as HF ``tokenizers``'
+    WordPiece trainer does, until ``vocab_size`` tokens or until no pair occurs ``min_frequency``
+    times. Words are counted after the same pre-tokenisation as :class:`WordPieceTokenizer`
+    with these options, so pass the ``do_lower_case`` you will encode with. Special tokens
+    written in the text, and words longer than ``max_input_chars_per_word``, are not counted.
+
+    >>> vocab = train_wordpiece_vocab(["low lower lowest"] * 2, vocab_size=24)
+    >>> vocab[5:12]
+    ['l', 'o', 'w', 'e', 'r', 's', 't']
+    >>> vocab[12:19]
+    ['##l', '##o', '##w', '##e', '##r', '##s', '##t']
+    >>> vocab[19:]
+    ['##ow', 'low', 'lowe', '##st', 'lower']
+    """
+    special_tokens = list(special_tokens)
+    _index_tokens(special_tokens, source="special_tokens", error=ValueError)
+    specials = _SpecialSplitter(dict.fromkeys(special_tokens, 0), lowercase=do_lower_case)
+    special_set = set(special_tokens)
+    basic = BasicTokenizer(
+        do_lower_case=do_lower_case,
+        never_split=special_tokens,
+        tokenize_chinese_chars=tokenize_chinese_chars,
+        strip_accents=strip_accents,
+    )
+    raw_words: Counter[str] = Counter()
+    for text in tqdm(texts, desc="counting words", unit="text", disable=not progress):
+        for chunk, special_id in specials.split(text):
+            if special_id is None:
+                raw_words.update(basic.words(chunk))
+    word_counts: Counter[str] = Counter()
+    for raw_word, count in raw_words.items():
+        for word in basic.split_word(raw_word):
+            if word not in special_set and len(word) <= max_input_chars_per_word:
+                word_counts[word] += count
+
+    char_counts: Counter[str] = Counter()
+    for word, count in word_counts.items():
+        for char in word:
+            char_counts[char] += count
+    alphabet = sorted(char_counts, key=lambda char: (-char_counts[char], char))
+    vocab = [*special_tokens, *alphabet, *(CONTINUATION_PREFIX + char for char in alphabet)]
+    if len(vocab) > vocab_size:
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small: the {len(special_tokens)} special tokens and the "
+            f"{len(alphabet)} characters of the text (each also as a ## continuation) need {len(vocab)}"
+        )
+    known = set(vocab)
+    budget = vocab_size - len(vocab)
+    vocab.extend(_learn_merges(word_counts, budget, known, min_frequency=min_frequency, progress=progress))
+    return vocab
+
+
+def _learn_merges(
+    word_counts: Mapping[str, int], budget: int, known: set[str], *, min_frequency: int, progress: bool
+) -> list[str]:
+    """New tokens from merging the most frequent adjacent pieces, until ``budget`` new tokens."""
+    words = [[word[0], *(CONTINUATION_PREFIX + char for char in word[1:])] for word in word_counts]
+    freqs = list(word_counts.values())
+    pair_counts: Counter[tuple[str, str]] = Counter()
+    where: defaultdict[tuple[str, str], set[int]] = defaultdict(set)
+    for i, pieces in enumerate(words):
+        for pair in zip(pieces, pieces[1:]):
+            pair_counts[pair] += freqs[i]
+            where[pair].add(i)
+    # A max-heap of (-count, pair) with lazy deletion: entries whose count changed are skipped.
+    heap = [(-count, pair) for pair, count in pair_counts.items()]
+    heapq.heapify(heap)
+    new_tokens: list[str] = []
+    bar = tqdm(total=budget, desc="learning WordPiece tokens", unit="token", disable=not progress)
+    while len(new_tokens) < budget and heap:
+        negative_count, pair = heapq.heappop(heap)
+        if pair_counts.get(pair, 0) != -negative_count:
+            continue  # stale
+        if -negative_count < min_frequency:
+            break
+        left, right = pair
+        merged = left + right[len(CONTINUATION_PREFIX) :]
+        if merged not in known:  # two different pairs may spell the same token
+            known.add(merged)
+            new_tokens.append(merged)
+            bar.update()
+        changed: set[tuple[str, str]] = set()
+        for i in where.pop(pair):
+            pieces, freq = words[i], freqs[i]
+            for old in zip(pieces, pieces[1:]):
+                pair_counts[old] -= freq
+                changed.add(old)
+            merged_pieces, j = [], 0
+            while j < len(pieces):
+                if j + 1 < len(pieces) and pieces[j] == left and pieces[j + 1] == right:
+                    merged_pieces.append(merged)
+                    j += 2
+                else:
+                    merged_pieces.append(pieces[j])
+                    j += 1
+            words[i] = merged_pieces
+            for new in zip(merged_pieces, merged_pieces[1:]):
+                pair_counts[new] += freq
+                where[new].add(i)
+                changed.add(new)
+        pair_counts.pop(pair, None)
+        for changed_pair in changed:
+            count = pair_counts.get(changed_pair, 0)
+            if count > 0:
+                heapq.heappush(heap, (-count, changed_pair))
+            else:
+                pair_counts.pop(changed_pair, None)
+                where.pop(changed_pair, None)
+    bar.close()
+    return new_tokens
