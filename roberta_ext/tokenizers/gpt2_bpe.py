@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
@@ -45,6 +46,25 @@ __all__ = [
 # character here changes ids, so it stays exactly as released.
 GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 _SPLIT = regex.compile(GPT2_SPLIT_PATTERN)
+# The same pattern for ASCII-only text, with the Unicode classes spelled out for ASCII
+# (\p{L} -> letters, \p{N} -> digits, \s -> the six ASCII White_Space characters) and run by
+# the standard library's `re`, which is about twice as fast as `regex` on it. Equality with
+# GPT2_SPLIT_PATTERN over all of ASCII is tested (tests/tokenizers/test_gpt2_bpe.py).
+_ASCII_SPACE = r" \t\n\x0b\x0c\r"
+_ASCII_SPLIT = re.compile(
+    rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^{_ASCII_SPACE}A-Za-z0-9]+"""
+    rf"""|[{_ASCII_SPACE}]+(?![^{_ASCII_SPACE}])|[{_ASCII_SPACE}]+"""
+)
+
+
+def split_words(text: str) -> list[str]:
+    """GPT-2's pre-tokenisation: ``regex.findall(GPT2_SPLIT_PATTERN, text)``, with a faster
+    path for ASCII-only text.
+
+    >>> split_words("Hello world's  end!")
+    ['Hello', ' world', "'s", ' ', ' end', '!']
+    """
+    return (_ASCII_SPLIT if text.isascii() else _SPLIT).findall(text)
 
 # fairseq's GPT2BPE.decode passes exactly these dictionary symbols through as literal text; any
 # other symbol must be a GPT-2 id written as an integer, else int() raises ValueError (a
@@ -366,7 +386,7 @@ class GPT2BPE:
         >>> bpe.encode("Hello world")  # doctest: +SKIP
         [15496, 995]
         """
-        return list(chain.from_iterable(map(self._cache.__getitem__, _SPLIT.findall(text))))
+        return list(chain.from_iterable(map(self._cache.__getitem__, split_words(text))))
 
     def encode_pieces(self, text: str) -> list[str]:
         """The byte-level token strings of ``text``, e.g. ``['Hello', 'Ġworld']``.
@@ -488,7 +508,7 @@ class FairseqGPT2Tokenizer:
         >>> tok.encode("Hello world")  # doctest: +SKIP
         [31414, 232]
         """
-        return list(chain.from_iterable(map(self._cache.__getitem__, _SPLIT.findall(text))))
+        return list(chain.from_iterable(map(self._cache.__getitem__, split_words(text))))
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         """:meth:`encode` for each text.

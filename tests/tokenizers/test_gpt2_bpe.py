@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from roberta_ext.tokenizers import (
     GPT2_SPLIT_PATTERN,
@@ -287,3 +288,26 @@ def test_missing_final_newline_drops_last_merge_like_fairseq_with_a_warning(file
     word = bpe.decode([bpe.encoder["".join(last)]])  # the text the dropped merge would have joined
     assert bpe.encode(word) == get_encoder(files.encoder_json, files.vocab_bpe).encode(word)
     assert tuple(last) not in bpe._ranks
+
+
+# ------------------------------------------------------------------- ASCII pre-tokenisation
+
+ASCII_TEXTS = st.lists(st.sampled_from([chr(i) for i in range(128)] + ["'s", "'ll", "'d", "'re", "  ", " \n "]),
+                       max_size=40).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(ASCII_TEXTS)
+def test_ascii_fast_path_splits_exactly_as_the_gpt2_pattern(text):
+    import regex
+
+    assert text.isascii()
+    assert gpt2_bpe_module.split_words(text) == regex.findall(GPT2_SPLIT_PATTERN, text)
+
+
+def test_ascii_fast_path_on_every_pair_of_ascii_characters():
+    import regex
+
+    for a in range(128):
+        text = "".join(chr(a) + chr(b) + " " + chr(b) for b in range(128))
+        assert gpt2_bpe_module.split_words(text) == regex.findall(GPT2_SPLIT_PATTERN, text)
