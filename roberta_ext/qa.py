@@ -4,10 +4,10 @@ The model is any encoder with a 2-label token head (default name ``"qa"``): labe
 ``t`` is the score of an answer starting at ``t``, label 1 of one ending there. Position 0
 (``<s>`` / ``[CLS]``) stands for "no answer", as in BERT's SQuAD 2.0 recipe.
 
-Inputs follow each family's pair layout (:func:`pair_layout`)::
+Inputs follow each family's pair layout (:func:`pair_layout`, the hub's ``encode``)::
 
-    roberta:  <s> question </s> </s> context </s>                (no segment embeddings)
-    bert:     [CLS] question [SEP] context [SEP]   segments 0 ... 0 1 ... 1
+    roberta:          <s> question </s> </s> context </s>
+    BERT's family:    [CLS] question [SEP] context [SEP]    segments 0 ... 0 1 ... 1
 
 A context longer than the model's window is cut into overlapping windows: window ``k`` holds
 context tokens ``k * stride`` onwards (``stride`` is BERT's ``doc_stride``: the step between
@@ -139,10 +139,26 @@ def answer_token_span(spans: Sequence[tuple[int, int]], start: int, end: int) ->
     return (inside[0], inside[-1]) if inside else None
 
 
-def pair_layout(cfg: Any) -> str:
-    """``"bert"`` (single separator, segment ids) for models with segment embeddings,
-    ``"roberta"`` (doubled separator, no segments) otherwise."""
-    return "bert" if getattr(cfg, "type_vocab_size", 0) > 0 else "roberta"
+@dataclass(frozen=True)
+class PairLayout:
+    """How a family joins a question and a context, as the hub's ``encode`` does."""
+
+    double_separator: bool
+    """RoBERTa's ``</s> </s>`` between the two; one ``[SEP]`` for the BERT family."""
+    segments: bool
+    """Segment ids 0 (question) and 1 (context) for models with segment embeddings."""
+
+
+def pair_layout(cfg: Any) -> PairLayout:
+    """The pair layout of a model config: a doubled separator for the ``roberta`` family,
+    segment ids when the model has (at least two) segment embeddings.
+
+    >>> from roberta_ext.modeling import EncoderConfig
+    >>> pair_layout(EncoderConfig.preset("tiny")), pair_layout(EncoderConfig.preset("bert-tiny"))
+    (PairLayout(double_separator=True, segments=False), PairLayout(double_separator=False, segments=True))
+    """
+    return PairLayout(double_separator=getattr(cfg, "family", "roberta") == "roberta",
+                      segments=getattr(cfg, "type_vocab_size", 0) >= 2)
 
 
 @dataclass
@@ -229,7 +245,7 @@ class QABatch:
     tokens: torch.Tensor
     """(B, T) input ids, right-padded."""
     segment_labels: torch.Tensor | None
-    """(B, T) segment ids for the ``bert`` layout, else None."""
+    """(B, T) segment ids (0 question, 1 context, 0 padding) for layouts with segments, else None."""
     candidates: torch.Tensor
     """(B, T) bool: the positions an answer may start or end at (the context, and 0 = no answer)."""
     starts: torch.Tensor
@@ -240,13 +256,13 @@ class QABatch:
     """Position of each window's first context token in its row."""
 
 
-def collate_windows(windows: Sequence[QAWindow], *, bos: int, eos: int, pad: int, layout: str) -> QABatch:
+def collate_windows(windows: Sequence[QAWindow], *, bos: int, eos: int, pad: int, layout: PairLayout) -> QABatch:
     """Build the model inputs of ``windows`` in ``layout`` (see :func:`pair_layout`)."""
-    if layout not in ("roberta", "bert"):
-        raise ValueError(f"layout must be 'roberta' or 'bert', got {layout!r}")
+    if not isinstance(layout, PairLayout):
+        raise ValueError(f"layout must be a PairLayout, got {layout!r}")
     if not windows:
         raise ValueError("cannot collate an empty list of windows")
-    separator = [eos, eos] if layout == "roberta" else [eos]
+    separator = [eos, eos] if layout.double_separator else [eos]
     rows, segments, offsets = [], [], []
     for w in windows:
         head = [bos, *w.question, *separator]
@@ -266,7 +282,7 @@ def collate_windows(windows: Sequence[QAWindow], *, bos: int, eos: int, pad: int
         candidates[i, offset:offset + len(w.context)] = True
         if w.start >= 0:
             starts[i], ends[i] = offset + w.start, offset + w.end
-    return QABatch(tokens, segment_labels if layout == "bert" else None, candidates, starts, ends, offsets)
+    return QABatch(tokens, segment_labels if layout.segments else None, candidates, starts, ends, offsets)
 
 
 # ------------------------------------------------------------------------------ training
@@ -442,6 +458,7 @@ def prepare_windows(
 
 __all__ = [
     "Answer",
+    "PairLayout",
     "DEFAULT_HEAD",
     "QABatch",
     "QAExample",

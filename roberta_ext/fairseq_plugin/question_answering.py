@@ -122,7 +122,7 @@ class ExtractiveQATask(FairseqTask):
         self.dictionary = dictionary
         self.mask_idx = dictionary.add_symbol("<mask>")  # as in pretraining: the embedding has its row
         self.tokenizer = tokenizer
-        self._layout: Optional[str] = None
+        self._layout: Optional[qa.PairLayout] = None
 
     @classmethod
     def setup_task(cls, cfg: ExtractiveQAConfig, **kwargs: Any) -> "ExtractiveQATask":
@@ -138,7 +138,7 @@ class ExtractiveQATask(FairseqTask):
         return cls(cfg, dictionary, tokenizer)
 
     @property
-    def layout(self) -> str:
+    def layout(self) -> qa.PairLayout:
         if self._layout is None:
             raise RuntimeError("the pair layout is known once the model is built (task.build_model)")
         return self._layout
