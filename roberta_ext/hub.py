@@ -312,6 +312,29 @@ class RobertaHubInterface(nn.Module):
         """The most likely label name for each row of ``tokens``."""
         return [self.label_name(i) for i in self.predict(head, tokens).argmax(dim=-1).tolist()]
 
+    # ------------------------------------------------------------------------- ELECTRA
+    def replaced_token_probs(self, text: str | torch.Tensor) -> list[tuple[str, float]]:
+        """ELECTRA's "real or fake": for each token of ``text`` (a string, or encoded tokens),
+        the discriminator's probability that it was replaced, as ``(token text, probability)``
+        without ``<s>``/``</s>``. Needs a model with a discriminator head (an ELECTRA
+        pretraining checkpoint or transformers' ``ElectraForPreTraining``).
+
+        >>> electra.replaced_token_probs("the chef ate the meal")         # doctest: +SKIP
+        [(' the', 0.01), (' chef', 0.02), (' ate', 0.91), (' the', 0.01), (' meal', 0.03)]
+        """
+        from .modeling.electra import replaced_token_probs
+
+        if not hasattr(self.model, "discriminator_head"):
+            raise ValueError("this model has no ELECTRA discriminator head (load an ELECTRA pretraining checkpoint)")
+        tokens = self.encode(text) if isinstance(text, str) else text
+        if tokens.dim() != 1:
+            raise ValueError(f"replaced_token_probs takes one sentence, got tokens of shape {tuple(tokens.shape)}")
+        tokens = tokens.to(self.device)
+        with torch.no_grad():
+            probs = replaced_token_probs(self.model, tokens[None], self._segment_labels(tokens[None]))[0]
+        specials = {self.dictionary.bos(), self.dictionary.eos(), self.dictionary.pad()}
+        return [(self._token_text(i), p) for i, p in zip(tokens.tolist(), probs.tolist()) if i not in specials]
+
     # ---------------------------------------------------------------------- exporting
     def save_transformers(self, directory: str | os.PathLike[str], *, architecture: str | None = None) -> Path:
         """Write model and tokenizer as a transformers directory, loadable by transformers'
@@ -560,7 +583,7 @@ def from_transformers(directory: str | os.PathLike[str]) -> RobertaHubInterface:
         symbols = [names.get(i, str(i)) for i in range(loaded.model.cfg.vocab_size)]
         dictionary = Dictionary.from_symbols(symbols, bos="<s>", pad="<pad>", eos="</s>", unk="<unk>", source=str(d))
         tokenizer = FairseqGPT2Tokenizer(bpe, dictionary)
-    elif family == "bert":
+    elif family in ("bert", "electra"):  # ELECTRA uses BERT's WordPiece vocabulary
         from .tokenizers.wordpiece import WordPieceTokenizer, read_vocab
 
         options = {"do_lower_case": tokenizer_config.get("do_lower_case", True),

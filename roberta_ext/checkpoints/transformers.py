@@ -127,6 +127,23 @@ FAMILY_TABLES: dict[str, FamilyTable] = {
                         "ForSequenceClassification": [("classifier", f"classification_heads.{SEQUENCE_HEAD}.out_proj")]},
         shared_layers=True,
     ),
+    # ELECTRA's discriminator: BERT's layers without a pooler, embeddings projected when narrower
+    # (ELECTRA-small); its replaced-token-detection head is our discriminator_head.
+    "electra": FamilyTable(
+        model_type="electra",
+        base_prefix="electra.",
+        layer_prefix="{p}encoder.layer.{i}.",
+        layer=_BERT_LAYER,
+        modules=[("{p}" + hf, ours) for hf, ours in _EMBEDDINGS] + [("{p}embeddings_project", _ENC + "embed_proj")],
+        lm_head=[],
+        lm_decoder="generator_lm_head",
+        sentence_heads={"ForPreTraining": [("discriminator_predictions.dense", "discriminator_head.dense"),
+                                           ("discriminator_predictions.dense_prediction",
+                                            "discriminator_head.dense_prediction")],
+                        "ForSequenceClassification": [
+                            ("classifier.dense", f"classification_heads.{SEQUENCE_HEAD}.dense"),
+                            ("classifier.out_proj", f"classification_heads.{SEQUENCE_HEAD}.out_proj")]},
+    ),
 }
 _TOKEN_HEADS = {"ForTokenClassification": ("classifier", f"token_heads.{TOKEN_HEAD}.out_proj"),
                 "ForQuestionAnswering": ("qa_outputs", f"token_heads.{QA_HEAD}.out_proj")}
@@ -202,7 +219,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def config_from_transformers(config: Mapping[str, Any], *, path: str = "config.json") -> EncoderConfig:
-    """Our :class:`EncoderConfig` from a transformers ``config.json`` (BERT, RoBERTa, ALBERT).
+    """Our :class:`EncoderConfig` from a transformers ``config.json`` (BERT, RoBERTa, ALBERT, ELECTRA).
 
     >>> config_from_transformers({"model_type": "bert", "vocab_size": 100, "hidden_size": 32,
     ...     "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}).family
@@ -239,6 +256,10 @@ def config_from_transformers(config: Mapping[str, Any], *, path: str = "config.j
         values.update(position_style="fairseq", max_positions=positions - pad - 1)
     else:
         values.update(position_style="absolute", max_positions=positions)
+    if model_type == "electra":  # embeddings narrower than the layers are projected (ELECTRA-small)
+        size = config.get("embedding_size", config["hidden_size"])
+        values.update(embedding_size=size if size != config["hidden_size"] else None, pooler_activation_fn="gelu",
+                      activation_fn=_ACTIVATIONS[act])
     if model_type == "albert":
         if config.get("num_hidden_groups", 1) != 1 or config.get("inner_group_num", 1) != 1:
             raise CheckpointError(f"{path!r}: ALBERT with num_hidden_groups/inner_group_num other than 1 "
@@ -257,13 +278,14 @@ def key_map(cfg: EncoderConfig, architecture: str, *, base_prefix: str | None = 
         hf_layer = table.layer_prefix.format(p=prefix, i=0 if table.shared_layers else i)
         modules += [(hf_layer + hf, f"{_ENC}layers.{i}.{ours}") for hf, ours in table.layer]
     suffix = _suffix(architecture)
-    if suffix in ("ForMaskedLM", "ForPreTraining"):
+    with_lm_head = suffix in ("ForMaskedLM", "ForPreTraining") and bool(table.lm_head)
+    if with_lm_head:
         modules += table.lm_head
     modules += table.sentence_heads.get(suffix, [])
     if suffix in _TOKEN_HEADS:
         modules.append(_TOKEN_HEADS[suffix])
     mapping = {f"{ours}.{kind}": f"{hf}.{kind}" for hf, ours in modules for kind in ("weight", "bias")}
-    if suffix in ("ForMaskedLM", "ForPreTraining"):
+    if with_lm_head:
         mapping["encoder.lm_head.bias"] = f"{table.lm_decoder}.bias"
     # Modules that take no bias, or that this config does not have, are dropped against the model.
     return mapping
@@ -301,7 +323,11 @@ def load_transformers(directory: str | os.PathLike[str]) -> LoadedTransformers:
         model = RobertaModel(cfg)
         if suffix in table.sentence_heads or suffix in _TOKEN_HEADS:
             num = int(config.get("num_labels") or len(config.get("id2label") or {}) or 2)
-            if suffix == "ForPreTraining" or suffix == "ForNextSentencePrediction":
+            if cfg.family == "electra" and suffix == "ForPreTraining":
+                from ..modeling.electra import add_discriminator_head
+
+                add_discriminator_head(model)
+            elif suffix == "ForPreTraining" or suffix == "ForNextSentencePrediction":
                 model.register_classification_head(NEXT_SENTENCE_HEAD if cfg.family == "bert" else SENTENCE_ORDER_HEAD, 2)
             elif suffix == "ForSequenceClassification":
                 model.register_classification_head(SEQUENCE_HEAD, num)
@@ -369,7 +395,7 @@ def load_transformers(directory: str | os.PathLike[str]) -> LoadedTransformers:
 
 # ------------------------------------------------------------------------------ writing
 
-_ARCH_PREFIX = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert"}
+_ARCH_PREFIX = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra"}
 _ACTIVATION_NAMES = {"gelu": "gelu", "gelu_accurate": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "linear"}
 
 
@@ -379,6 +405,8 @@ def default_architecture(model: RobertaModel) -> str:
     :data:`SEQUENCE_HEAD`, :data:`TOKEN_HEAD` or :data:`QA_HEAD`; ``BertForPreTraining`` when a
     BERT has its NSP head (ALBERT: SOP); else ``*ForMaskedLM``."""
     family = _ARCH_PREFIX[model.cfg.family]
+    if model.cfg.family == "electra" and hasattr(model, "discriminator_head"):
+        return "ElectraForPreTraining"
     if SEQUENCE_HEAD in model.classification_heads:
         return f"{family}ForSequenceClassification"
     for name, suffix in ((TOKEN_HEAD, "ForTokenClassification"), (QA_HEAD, "ForQuestionAnswering")):
@@ -401,7 +429,8 @@ def transformers_config(model: RobertaModel, architecture: str, labels: list[str
                          "LM head; this model differs (pre-LN, no embedding LayerNorm or untied head)")
     if cfg.family == "albert" and cfg.share_layers != "all":
         raise ValueError(f"transformers' ALBERT shares all layers; this model has share_layers={cfg.share_layers!r}")
-    if cfg.family != "albert" and (cfg.share_layers != "none" or cfg.embedding_size not in (None, cfg.encoder_embed_dim)):
+    if cfg.family not in ("albert", "electra") and (
+            cfg.share_layers != "none" or cfg.embedding_size not in (None, cfg.encoder_embed_dim)):
         raise ValueError(f"transformers' {cfg.family} has neither shared layers nor factorized embeddings")
     fairseq_positions = cfg.position_style == "fairseq"
     if fairseq_positions != (cfg.family == "roberta"):
@@ -430,6 +459,8 @@ def transformers_config(model: RobertaModel, architecture: str, labels: list[str
     if cfg.family == "albert":
         config.update(embedding_size=cfg.embed_dim, num_hidden_groups=1, inner_group_num=1,
                       classifier_dropout_prob=cfg.pooler_dropout)
+    if cfg.family == "electra":
+        config.update(embedding_size=cfg.embed_dim)
     suffix = _suffix(architecture)
     if suffix in ("ForSequenceClassification", "ForTokenClassification"):
         heads, name = ((model.classification_heads, SEQUENCE_HEAD) if suffix == "ForSequenceClassification"
@@ -455,7 +486,7 @@ def transformers_state_dict(model: RobertaModel, architecture: str) -> dict[str,
     # Shared ALBERT layers map several of our names onto one transformers name: one copy each.
     out = {hf: ours[key].detach().to("cpu").clone().contiguous() for key, hf in mapping.items() if key in ours}
     table = FAMILY_TABLES[model.cfg.family]
-    if _suffix(architecture) in ("ForMaskedLM", "ForPreTraining"):
+    if _suffix(architecture) in ("ForMaskedLM", "ForPreTraining") and table.lm_head:
         out[f"{table.lm_decoder}.decoder.bias"] = out[f"{table.lm_decoder}.bias"].clone()
     if model.cfg.family == "roberta" and model.cfg.type_vocab_size == 0:
         out[f"{table.base_prefix}embeddings.token_type_embeddings.weight"] = torch.zeros(1, model.cfg.encoder_embed_dim)

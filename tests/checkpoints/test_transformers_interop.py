@@ -300,3 +300,33 @@ def test_export_refuses_to_overwrite_and_leaves_nothing_on_failure(tmp_path):
     with pytest.raises(ValueError, match="head"):
         save_transformers(model, tmp_path / "new", architecture="BertForSequenceClassification")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+# --------------------------------------------------------------------------- ELECTRA
+
+
+@pytest.mark.parametrize("embedding_size", [16, 32])
+def test_electra_discriminator_directory_loads_and_detects_replacements_like_transformers(tmp_path, bert_vocab,
+                                                                                           embedding_size):
+    size = len(bert_vocab.read_text(encoding="utf-8").splitlines())
+    torch.manual_seed(0)
+    config = transformers.ElectraConfig(vocab_size=size, embedding_size=embedding_size, **SMALL)
+    transformers.ElectraForPreTraining(config).eval().save_pretrained(tmp_path / "electra")
+    transformers.BertTokenizer(str(bert_vocab)).save_pretrained(tmp_path / "electra")
+    hub = roberta_ext.from_pretrained(str(tmp_path / "electra"))
+    assert hub.model.cfg.family == "electra" and hub.model.cfg.embed_dim == embedding_size
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "electra"))
+    assert hub.encode(*PAIRS[0]).tolist() == tokenizer(*PAIRS[0])["input_ids"]
+    hf_model = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / "electra")).eval()
+    assert_features_equal(hub, hf_model, TEXTS[:3] + PAIRS)
+    tokens = hub.encode(TEXTS[0])
+    with torch.no_grad():
+        expected = hf_model(tokens[None]).logits[0].sigmoid()[1:-1]
+    probs = hub.replaced_token_probs(TEXTS[0])
+    torch.testing.assert_close(torch.tensor([p for _, p in probs]), expected, atol=1e-5, rtol=1e-4)
+    # and back out: transformers reads exactly our tensors
+    hub.save_transformers(tmp_path / "again")
+    again = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / "again")).eval()
+    for key, tensor in hf_model.state_dict().items():
+        if not key.endswith("position_ids"):
+            assert torch.equal(again.state_dict()[key], tensor), key
