@@ -485,6 +485,9 @@ def from_pretrained(
     *,
     gpt2_encoder_json: str | None = None,
     gpt2_vocab_bpe: str | None = None,
+    bpe_vocab_file: str | os.PathLike[str] | None = None,
+    bpe_cased: bool = False,
+    sentencepiece_model: str | os.PathLike[str] | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -502,13 +505,20 @@ def from_pretrained(
     ``dtype=torch.bfloat16`` runs inference in bf16: faster on CPUs with AVX512-BF16/AMX and on
     GPUs, at the cost of about three significant digits in the features.
 
+    Models trained with the plugin on WordPiece or SentencePiece data (BERT, ALBERT, ELECTRA)
+    tokenize with ``bpe="bert"`` (fairseq's name; ``"wordpiece"`` too) and ``bpe_vocab_file``
+    (default: ``vocab.txt`` in the model folder; ``bpe_cased=True`` for cased vocabularies) or
+    ``bpe="sentencepiece"`` and ``sentencepiece_model`` (default: ``spiece.model``); a BERT or
+    ELECTRA checkpoint defaults to the first, an ALBERT one to the second. A transformers
+    directory (``config.json`` + weights) is read by :func:`from_transformers`.
+
     >>> import roberta_ext
     >>> roberta = roberta_ext.from_pretrained("/models/roberta.large")   # doctest: +SKIP
     >>> roberta.encode("Hello world!")                                   # doctest: +SKIP
     tensor([    0, 31414,   232,   328,     2])
     """
-    if bpe != "gpt2":
-        raise ValueError(f"bpe={bpe!r} is not supported; RoBERTa checkpoints use bpe='gpt2'")
+    if bpe not in BPE_CHOICES:
+        raise ValueError(f"bpe={bpe!r} is not supported; choose one of {BPE_CHOICES}")
     if overrides:
         warnings.warn(f"from_pretrained ignores fairseq overrides it has no use for: {sorted(overrides)}", stacklevel=2)
     model_dir = Path(store.resolve_model(model_name_or_path, cache_dir=cache_dir, offline=offline))
@@ -539,13 +549,34 @@ def from_pretrained(
     label_path = data_dir / "label" / "dict.txt"
     labels = Dictionary.load(label_path) if label_path.is_file() else None
 
-    encoder_json, vocab_bpe = _gpt2_files(model_dir, gpt2_encoder_json, gpt2_vocab_bpe, cache_dir, offline)
-    tokenizer = FairseqGPT2Tokenizer(GPT2BPE.from_files(encoder_json, vocab_bpe), dictionary)
+    family = loaded.model.cfg.family
+    if bpe == "gpt2" and family in ("bert", "electra", "albert"):  # their vocabularies are never GPT-2's
+        bpe = "sentencepiece" if family == "albert" else "bert"
+    tokenizer: FairseqGPT2Tokenizer | PieceTokenizer
+    if bpe in ("bert", "wordpiece"):
+        from .tokenizers.wordpiece import WordPieceTokenizer
+
+        vocab = Path(bpe_vocab_file) if bpe_vocab_file is not None else model_dir / "vocab.txt"
+        tokenizer = PieceTokenizer(WordPieceTokenizer.from_file(vocab, do_lower_case=not bpe_cased), dictionary,
+                                   "wordpiece")
+    elif bpe == "sentencepiece":
+        from .tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
+
+        spm = Path(sentencepiece_model) if sentencepiece_model is not None else model_dir / "spiece.model"
+        tokenizer = PieceTokenizer(SentencePieceTokenizer.from_file(spm, do_lower_case=not bpe_cased), dictionary,
+                                   "sentencepiece")
+    else:
+        encoder_json, vocab_bpe = _gpt2_files(model_dir, gpt2_encoder_json, gpt2_vocab_bpe, cache_dir, offline)
+        tokenizer = FairseqGPT2Tokenizer(GPT2BPE.from_files(encoder_json, vocab_bpe), dictionary)
     cfg = {"model": loaded.options, "task": loaded.task}
     hub = RobertaHubInterface(loaded.model, tokenizer, label_dictionary=labels, cfg=cfg)
     if device is not None or dtype is not None:
         hub.to(device=device, dtype=dtype)
     return hub.eval()
+
+
+BPE_CHOICES = ("gpt2", "bert", "wordpiece", "sentencepiece")
+"""Tokenizers ``from_pretrained`` can pair with a fairseq checkpoint (fairseq's ``bpe`` names)."""
 
 
 def from_transformers(directory: str | os.PathLike[str]) -> RobertaHubInterface:
