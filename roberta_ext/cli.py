@@ -18,6 +18,10 @@ COMMANDS = {
                    "GPT-2 BPE-encode text files, as fairseq's multiprocessing_bpe_encoder.py"),
     "train-bpe": ("roberta_ext.corpus:train_bpe_main",
                   "learn encoder.json, vocab.bpe and a fairseq dict.txt from text files"),
+    "tokenize": ("roberta_ext.tokenize_corpus:tokenize_main",
+                 "WordPiece (BERT) or SentencePiece (ALBERT) tokens per line, for fairseq-preprocess"),
+    "prepare-tagging": ("roberta_ext.tokenize_corpus:prepare_tagging_main",
+                        "CoNLL-style word/label files -> data for fairseq-train --task token_classification"),
 }
 
 

@@ -9,6 +9,7 @@ fairseq.
 
 from . import checkpoint_compat, criterions, models, tasks
 from . import electra, question_answering, spanbert  # noqa: F401,E402  (electra_ext, spanbert_ext, extractive_qa)
+from . import sentence_pairs, tagging  # noqa: F401,E402  (sentence_pair_mlm, token_classification)
 
 checkpoint_compat.install()
 
