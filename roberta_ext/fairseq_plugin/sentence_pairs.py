@@ -16,8 +16,9 @@ split anew into segment A (the first 1..n-1 sentences of the chunk, drawn unifor
 segment B (the rest); a chunk of one long sentence is split inside it, at a uniform token.
 Then, with probability 0.5:
 
-* ``nsp``: B is replaced by text of a *different*, uniformly drawn document, starting at a
-  uniformly drawn sentence and long enough to replace B (label 1; 0 = B follows A);
+* ``nsp``: B is replaced by text of a *different*, uniformly drawn document: consecutive
+  sentences from a uniformly drawn one of its sentences that are followed by enough text to
+  replace B (label 1; 0 = B follows A). Only a document shorter than B gives a shorter B;
 * ``sop``: A and B are swapped (label 1; 0 = in order). A and B always come from one document;
 * ``none``: nothing (label 0, no sentence head): MLM with segments only.
 
@@ -25,8 +26,9 @@ The pair is then cut to the chunk's length (at most ``--tokens-per-sample - 3``)
 the longer segment, one token at a time (B on ties), from its front or its back (one coin per
 segment) — BERT's ``truncate_seq_pair`` — and laid out as ``<s> A </s> B </s>``: the fairseq
 dictionary's ``<s>``/``</s>`` play BERT's ``[CLS]``/``[SEP]``. ``segment_labels`` are 0 on
-``<s> A </s>`` and 1 on ``B </s>``. An example therefore has the same length every epoch
-(``min(chunk tokens, tokens_per_sample - 3) + 3``), which is what batching by size needs.
+``<s> A </s>`` and 1 on ``B </s>``. An example therefore has the same length every epoch,
+``min(chunk tokens, tokens_per_sample - 3) + 3`` — the size batching uses — or less in the
+one case above.
 
 **Randomness** is counter based, as in :mod:`roberta_ext.data.masking`: every draw is a hash of
 ``(seed, epoch, example index, stream)``, so an example does not depend on batching, workers,
@@ -230,6 +232,7 @@ class SentencePairDataset(FairseqDataset):
         if objective == "nsp" and len(self.chunks.doc_first_sentence) < 2:
             raise ValueError("next-sentence prediction needs at least two documents (separated by an empty line); "
                              f"found {len(self.chunks.doc_first_sentence)}")
+        self._lengths = np.asarray(sizes, dtype=np.int64) - 1  # tokens of each sentence, </s> excluded
         self._sizes = np.minimum(self.chunks.num_tokens, tokens_per_sample - 3) + 3
 
     # -- fairseq's dataset protocol ----------------------------------------------------------
@@ -290,12 +293,16 @@ class SentencePairDataset(FairseqDataset):
             label = 1
             if self.objective == "sop":
                 a, b = b, a
-            else:  # nsp: text from another document, as long as B at least (if that document has it)
+            else:  # nsp: text from another document
                 documents = len(c.doc_first_sentence)
                 other = (doc + 1 + _below(documents - 1, draw(_STREAM_OTHER_DOC))) % documents
-                start = _below(int(c.doc_num_sentences[other]), draw(_STREAM_OTHER_START))
-                sentence, end = int(c.doc_first_sentence[other]) + start, int(
-                    c.doc_first_sentence[other] + c.doc_num_sentences[other])
+                first_other = int(c.doc_first_sentence[other])
+                end = first_other + int(c.doc_num_sentences[other])
+                # Start at a uniformly drawn sentence among those followed by enough text to
+                # replace B (all of the document if it is shorter than B).
+                remaining = np.cumsum(self._lengths[first_other:end][::-1])[::-1]  # tokens from each sentence on
+                starts = max(1, int((remaining >= len(b)).sum()))
+                sentence = first_other + _below(starts, draw(_STREAM_OTHER_START))
                 pieces, have = [], 0
                 while sentence < end and have < len(b):
                     pieces.append(self.sentences[sentence][:-1])
