@@ -49,12 +49,13 @@ from tests.conftest import REPO  # noqa: E402
 
 BIN = Path(sys.executable).parent
 USER_DIR = str(REPO / "roberta_ext")
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-        "--encoder-attention-heads", "4", "--max-positions", "32", "--tokens-per-sample", "32"]
+MODEL = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+         "--encoder-attention-heads", "4", "--max-positions", "32"]
 COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", "--log-format", "json",
           "--log-interval", "10", "--no-epoch-checkpoints", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
-          "--disable-validation", "--batch-size", "32", "--lr", "1e-2", "--lr-scheduler", "inverse_sqrt",
-          "--warmup-updates", "20"]
+          "--disable-validation"]
+PRETRAIN = [*MODEL, *COMMON, "--tokens-per-sample", "32", "--batch-size", "32", "--lr", "1e-2",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "20"]
 BOS, PAD, EOS = 0, 1, 2
 
 
@@ -394,30 +395,58 @@ def test_tokenized_corpus_keeps_documents_apart(corpora):
     assert len(breaks) == 400 and all(sentences[int(i)].tolist() == [EOS] for i in breaks)
 
 
-def test_bert_pretrains_with_next_sentence_prediction(corpora):
-    import roberta_ext
-
+@pytest.fixture(scope="module")
+def bert_pretrained(corpora) -> dict:
     save_dir = corpora["root"] / "bert-ckpt"
     log = run("fairseq-train", str(corpora["bert"]["data"]), "--task", "sentence_pair_mlm",
-              "--criterion", "sentence_pair_mlm", "--sentence-objective", "nsp", "--arch", "bert_ext_base", *TINY,
+              "--criterion", "sentence_pair_mlm", "--sentence-objective", "nsp", "--arch", "bert_ext_base", *PRETRAIN,
               "--dropout", "0", "--attention-dropout", "0", "--mask-whole-words", "--word-boundaries", "wordpiece",
-              *COMMON, "--max-update", "160", "--save-dir", str(save_dir))
-    records = log_records(log)
+              "--max-update", "160", "--save-dir", str(save_dir))
+    return {"log": log, "save_dir": save_dir}
+
+
+def test_bert_pretrains_with_next_sentence_prediction(corpora, bert_pretrained):
+    import roberta_ext
+
+    records = log_records(bert_pretrained["log"])
     falls(records, "mlm_loss", by=0.5)
     falls(records, "sentence_loss", by=0.1)
     assert float(records[-1]["sentence_accuracy"]) > 60, records[-1]
 
-    hub = roberta_ext.from_pretrained(str(save_dir), "checkpoint_last.pt", str(corpora["bert"]["data"]), bpe="bert",
+    hub = roberta_ext.from_pretrained(str(bert_pretrained["save_dir"]), "checkpoint_last.pt",
+                                      str(corpora["bert"]["data"]), bpe="bert",
                                       bpe_vocab_file=str(corpora["bert"]["model"]))
     assert "next_sentence" in hub.model.classification_heads
     pair = hub.encode("p0 apple apple apple .", "p1 apple apples apple .")
     assert hub.predict("next_sentence", pair).shape == (1, 2)
 
 
+def test_bert_checkpoint_fine_tunes_a_tagger(corpora, bert_pretrained):
+    """The documented path: prepare-tagging with the pretraining dictionary, then fine-tuning
+    from the pretrained checkpoint (its NSP head is dropped, the token head is new)."""
+    from roberta_ext.tokenize_corpus import prepare_tagging_main
+
+    root = corpora["root"]
+    sentences = [line.split() for line in nsp_corpus(60, 5) if line]
+    tag = lambda word: "MARK" if word.startswith("p") else "O" if word == "." else "TOPIC"  # noqa: E731
+    (root / "tags.conll").write_text("".join("".join(f"{w}\t{tag(w)}\n" for w in s) + "\n" for s in sentences))
+    assert prepare_tagging_main(["--tokenizer", "wordpiece", "--model", str(corpora["bert"]["model"]),
+                                 "--dict", str(corpora["bert"]["data"] / "dict.txt"), "--train",
+                                 str(root / "tags.conll"), "--valid", str(root / "tags.conll"),
+                                 "--output-dir", str(root / "tags-bin")]) == 0
+    log = run("fairseq-train", str(root / "tags-bin"), "--task", "token_classification", "--criterion",
+              "token_classification", "--arch", "bert_ext_base", *MODEL, *COMMON, "--batch-size", "16",
+              "--lr", "1e-3", "--max-update", "10", "--log-interval", "5", "--save-dir", str(root / "tags-ckpt"),
+              "--restore-file", str(bert_pretrained["save_dir"] / "checkpoint_last.pt"),
+              "--reset-optimizer", "--reset-dataloader", "--reset-meters")
+    assert "loaded checkpoint" in log.lower() and "dropping head 'next_sentence'" in log, log[-3000:]
+    assert log_records(log) and "accuracy" in log_records(log)[-1], log[-3000:]
+
+
 def test_albert_pretrains_with_sentence_order_prediction(corpora):
     log = run("fairseq-train", str(corpora["albert"]["data"]), "--task", "sentence_pair_mlm",
-              "--criterion", "sentence_pair_mlm", "--sentence-objective", "sop", "--arch", "albert_ext_base", *TINY,
-              "--embedding-size", "16", "--mask-whole-words", "--word-boundaries", "sentencepiece", *COMMON,
+              "--criterion", "sentence_pair_mlm", "--sentence-objective", "sop", "--arch", "albert_ext_base", *PRETRAIN,
+              "--embedding-size", "16", "--mask-whole-words", "--word-boundaries", "sentencepiece",
               "--max-update", "120", "--save-dir", str(corpora["root"] / "albert-ckpt"))
     records = log_records(log)
     falls(records, "mlm_loss", by=0.5)
@@ -428,8 +457,8 @@ def test_albert_pretrains_with_sentence_order_prediction(corpora):
 def test_mlm_only_with_segments(corpora):
     save_dir = corpora["root"] / "none-ckpt"
     log = run("fairseq-train", str(corpora["bert"]["data"]), "--task", "sentence_pair_mlm",
-              "--criterion", "sentence_pair_mlm", "--sentence-objective", "none", "--arch", "bert_ext_base", *TINY,
-              *COMMON, "--max-update", "10", "--save-dir", str(save_dir))
+              "--criterion", "sentence_pair_mlm", "--sentence-objective", "none", "--arch", "bert_ext_base", *PRETRAIN,
+              "--max-update", "10", "--save-dir", str(save_dir))
     records = log_records(log)
     assert records and all("sentence_loss" not in r and "mlm_loss" in r for r in records), records
     state = load_checkpoint_file(save_dir / "checkpoint_last.pt")["model"]
