@@ -54,6 +54,10 @@ class RobertaExtMLMConfig(FairseqDataclass):
         default=None, metadata={"help": "GPT-2 vocab.bpe, to find word starts (default: DATA/vocab.bpe)"})
     shorten_method: SHORTEN_METHOD_CHOICES = field(default="none", metadata={"help": "shorten over-long sequences"})
     shorten_data_split_list: str = field(default="", metadata={"help": "splits to shorten (default: all)"})
+    # fairseq reuses the data loader across epochs by default; with --num-workers > 0 its
+    # persistent workers would keep their copy of epoch 1 and repeat epoch 1's masks.
+    reuse_dataloader: bool = field(default=False, metadata={
+        "help": "reuse the data loader (and its worker processes) across epochs; off, so workers see the epoch"})
     seed: int = II("common.seed")
 
 
