@@ -7,8 +7,8 @@ Data: a directory with ``dict.txt`` (the pretrained model's), the GPT-2 BPE file
 empty ``answers`` for unanswerable questions. No binarization step: the task tokenizes the JSON
 when it loads a split (:mod:`roberta_ext.qa` does the work, the same code the hub's
 ``answer`` uses). The model gets a 2-label token head (``--qa-head-name``, default ``qa``);
-inputs follow the model's pair layout, decided once the model is built (segments and a single
-separator when it has segment embeddings).
+inputs follow the model's pair layout, as the hub's ``encode`` does, decided once the model is
+built: RoBERTa's doubled separator, BERT's single one with segment ids for the other families.
 """
 
 # No "from __future__ import annotations": fairseq reads dataclass field types at run time.

@@ -26,6 +26,9 @@ so the discriminator keeps the keys every loader knows)::
     discriminator_head.*         dense H->H, GELU, dense_prediction H->1 (transformers' names)
     generator.*                  a whole RobertaModel; its embeddings are the discriminator's
 
+transformers' ``ElectraForPreTraining`` checkpoints load into the same layout (the discriminator
+with its ``discriminator_head``) through :mod:`roberta_ext.checkpoints.transformers`.
+
 >>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
 >>> model.generator.cfg.encoder_embed_dim, model.cfg.encoder_embed_dim, model.cfg.embed_dim
 (8, 32, 16)
@@ -35,7 +38,6 @@ True
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -390,129 +392,6 @@ def has_discriminator_head(state_dict: Mapping[str, torch.Tensor]) -> bool:
     return any(key.startswith(DISCRIMINATOR_HEAD + ".") for key in state_dict)
 
 
-# transformers' ElectraForPreTraining (the discriminator) -> ours, as data: (theirs, ours) key
-# prefixes, ``{n}`` standing for a layer number; ours = None drops the key. A template without
-# a trailing dot is a whole key. Read left to right it converts from transformers, right to left
-# back to it (see :func:`_rename`). Layers follow BERT's naming.
-HF_DISCRIMINATOR_KEYS: list[tuple[str, str | None]] = [
-    ("electra.embeddings.position_ids", None),  # a buffer (arange), not a weight
-    ("electra.embeddings.token_type_ids", None),
-    ("electra.embeddings.word_embeddings.", "encoder.sentence_encoder.embed_tokens."),
-    ("electra.embeddings.position_embeddings.", "encoder.sentence_encoder.embed_positions."),
-    ("electra.embeddings.token_type_embeddings.", "encoder.sentence_encoder.segment_embeddings."),
-    ("electra.embeddings.LayerNorm.", "encoder.sentence_encoder.layernorm_embedding."),
-    ("electra.embeddings_project.", "encoder.sentence_encoder.embed_proj."),
-    ("electra.encoder.layer.{n}.attention.self.query.", "encoder.sentence_encoder.layers.{n}.self_attn.q_proj."),
-    ("electra.encoder.layer.{n}.attention.self.key.", "encoder.sentence_encoder.layers.{n}.self_attn.k_proj."),
-    ("electra.encoder.layer.{n}.attention.self.value.", "encoder.sentence_encoder.layers.{n}.self_attn.v_proj."),
-    ("electra.encoder.layer.{n}.attention.output.dense.", "encoder.sentence_encoder.layers.{n}.self_attn.out_proj."),
-    ("electra.encoder.layer.{n}.attention.output.LayerNorm.",
-     "encoder.sentence_encoder.layers.{n}.self_attn_layer_norm."),
-    ("electra.encoder.layer.{n}.intermediate.dense.", "encoder.sentence_encoder.layers.{n}.fc1."),
-    ("electra.encoder.layer.{n}.output.dense.", "encoder.sentence_encoder.layers.{n}.fc2."),
-    ("electra.encoder.layer.{n}.output.LayerNorm.", "encoder.sentence_encoder.layers.{n}.final_layer_norm."),
-    ("discriminator_predictions.dense.", "discriminator_head.dense."),
-    ("discriminator_predictions.dense_prediction.", "discriminator_head.dense_prediction."),
-]
-
-
-def _rename(key: str, table: Sequence[tuple[str, str | None]]) -> tuple[bool, str | None]:
-    """(matched, new key or None to drop) for ``key`` under a (from, to) template table."""
-    for source, target in table:
-        pattern = "^" + re.escape(source).replace(re.escape("{n}"), r"(\d+)") + ("" if source.endswith(".") else "$")
-        match = re.match(pattern, key)
-        if match:
-            if target is None:
-                return True, None
-            if match.groups():
-                target = target.replace("{n}", match.group(1))
-            return True, target + key[match.end():]
-    return False, None
-
-
-# The HF config's fields under our names.
-HF_CONFIG_FIELDS: dict[str, str] = {
-    "vocab_size": "vocab_size",
-    "embedding_size": "embedding_size",
-    "hidden_size": "encoder_embed_dim",
-    "num_hidden_layers": "encoder_layers",
-    "num_attention_heads": "encoder_attention_heads",
-    "intermediate_size": "encoder_ffn_embed_dim",
-    "hidden_act": "activation_fn",
-    "hidden_dropout_prob": "dropout",
-    "attention_probs_dropout_prob": "attention_dropout",
-    "max_position_embeddings": "max_positions",
-    "type_vocab_size": "type_vocab_size",
-    "layer_norm_eps": "layer_norm_eps",
-    "pad_token_id": "padding_idx",
-}
-_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate", "relu": "relu",
-                   "tanh": "tanh", "linear": "linear"}
-
-
-def config_from_hf(hf_config: Mapping[str, Any]) -> EncoderConfig:
-    """Our config for a transformers ``ElectraConfig`` (as a dict, e.g. its ``config.json``).
-
-    >>> config_from_hf({"hidden_size": 256, "embedding_size": 128, "num_attention_heads": 4,
-    ...                 "intermediate_size": 1024}).embed_dim
-    128
-    """
-    values: dict[str, Any] = {}
-    for theirs, ours in HF_CONFIG_FIELDS.items():
-        if hf_config.get(theirs) is not None:
-            values[ours] = hf_config[theirs]
-    if "activation_fn" in values:
-        act = values["activation_fn"]
-        if act not in _HF_ACTIVATIONS:
-            raise ValueError(f"hidden_act={act!r} of the ELECTRA config has no equivalent here ({sorted(_HF_ACTIVATIONS)})")
-        values["activation_fn"] = _HF_ACTIVATIONS[act]
-    if values.get("embedding_size") == values.get("encoder_embed_dim", 768):
-        values["embedding_size"] = None
-    position_type = hf_config.get("position_embedding_type", "absolute")
-    if position_type != "absolute":
-        raise ValueError(f"position_embedding_type={position_type!r} is not supported (only 'absolute')")
-    return electra_config(**values)
-
-
-def from_hf_discriminator_state(
-    hf_state_dict: Mapping[str, torch.Tensor], cfg: EncoderConfig
-) -> dict[str, torch.Tensor]:
-    """A transformers ``ElectraForPreTraining`` (or ``ElectraModel``, keys without ``electra.``)
-    state dict in our layout, for a model with :func:`add_discriminator_head` when the file has
-    the head. Every key must be known; a discriminator has no MLM head, so ours is filled with
-    a fresh initialisation (tied to the embeddings), as it would be after ELECTRA pretraining here.
-    """
-    converted: dict[str, torch.Tensor] = {}
-    for key, tensor in hf_state_dict.items():
-        if not key.startswith(("electra.", "discriminator_predictions.")):
-            key = "electra." + key  # ElectraModel's keys lack the prefix
-        matched, ours = _rename(key, HF_DISCRIMINATOR_KEYS)
-        if not matched:
-            raise KeyError(f"unexpected key {key!r} in the ELECTRA discriminator state dict")
-        if ours is not None:
-            converted[ours] = tensor
-    fresh = RobertaModel(cfg).encoder.lm_head.state_dict()
-    for name, tensor in fresh.items():
-        converted.setdefault(f"encoder.lm_head.{name}", tensor)
-    converted["encoder.lm_head.weight"] = converted["encoder.sentence_encoder.embed_tokens.weight"]
-    converted.setdefault("encoder.sentence_encoder.version", torch.Tensor([3]))
-    return converted
-
-
-def to_hf_discriminator_state(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our discriminator's state dict in transformers' ``ElectraForPreTraining`` layout (the MLM
-    head, which ELECTRA's discriminator lacks, is left out; so is the generator)."""
-    converted: dict[str, torch.Tensor] = {}
-    for key, tensor in discriminator_state(state_dict).items():
-        if key.startswith("encoder.lm_head.") or key == "encoder.sentence_encoder.version":
-            continue
-        matched, theirs = _rename(key, [(ours, hf) for hf, ours in HF_DISCRIMINATOR_KEYS if ours is not None])
-        if not matched or theirs is None:
-            raise KeyError(f"{key!r} has no place in an ELECTRA discriminator")
-        converted[theirs] = tensor
-    return converted
-
-
 __all__ = [
     "DISCRIMINATOR_HEAD",
     "ElectraDiscriminatorHead",
@@ -522,17 +401,14 @@ __all__ = [
     "GENERATOR",
     "add_discriminator_head",
     "add_generator",
-    "config_from_hf",
     "discriminator_state",
     "electra_config",
     "electra_forward",
     "electra_loss",
     "freeze_unused_lm_head",
-    "from_hf_discriminator_state",
     "generator_config",
     "has_discriminator_head",
     "prepare_for_pretraining",
     "replaced_token_probs",
     "sample_replacements",
-    "to_hf_discriminator_state",
 ]
