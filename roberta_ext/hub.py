@@ -312,6 +312,20 @@ class RobertaHubInterface(nn.Module):
         """The most likely label name for each row of ``tokens``."""
         return [self.label_name(i) for i in self.predict(head, tokens).argmax(dim=-1).tolist()]
 
+    # ------------------------------------------------------------------- question answering
+    def answer(self, question: str, context: str, **kwargs: Any) -> Any:
+        """The answer to ``question`` in ``context`` from the start/end token head ``qa``:
+        an :class:`~roberta_ext.qa.Answer` with the text, its character offsets in
+        ``context`` and a score; falsy (empty text) when the no-answer score wins. Long
+        contexts are read in windows. Keywords: see :func:`roberta_ext.qa.answer`.
+
+        >>> roberta.answer("What is the capital of Zorbia?", "The capital of Zorbia is Quelm.")  # doctest: +SKIP
+        Answer(text='Quelm.', start=25, end=31, score=9.1, null_score=-3.2)
+        """
+        from .qa import answer
+
+        return answer(self, question, context, **kwargs)
+
     # ------------------------------------------------------------------------- ELECTRA
     def replaced_token_probs(self, text: str | torch.Tensor) -> list[tuple[str, float]]:
         """ELECTRA's "real or fake": for each token of ``text`` (a string, or encoded tokens),
@@ -481,7 +495,7 @@ def from_pretrained(
     model_name_or_path: str | os.PathLike[str],
     checkpoint_file: str = "model.pt",
     data_name_or_path: str = ".",
-    bpe: str = "gpt2",
+    bpe: str | None = None,
     *,
     gpt2_encoder_json: str | None = None,
     gpt2_vocab_bpe: str | None = None,
@@ -508,16 +522,18 @@ def from_pretrained(
     Models trained with the plugin on WordPiece or SentencePiece data (BERT, ALBERT, ELECTRA)
     tokenize with ``bpe="bert"`` (fairseq's name; ``"wordpiece"`` too) and ``bpe_vocab_file``
     (default: ``vocab.txt`` in the model folder; ``bpe_cased=True`` for cased vocabularies) or
-    ``bpe="sentencepiece"`` and ``sentencepiece_model`` (default: ``spiece.model``); a BERT or
-    ELECTRA checkpoint defaults to the first, an ALBERT one to the second. A transformers
-    directory (``config.json`` + weights) is read by :func:`from_transformers`.
+    ``bpe="sentencepiece"`` and ``sentencepiece_model`` (default: ``spiece.model``). Without
+    ``bpe``, the files decide: GPT-2 BPE when its files are given or in the model folder, else
+    ``vocab.txt``, else ``spiece.model``, else the family's usual tokenizer (GPT-2 for RoBERTa,
+    fetched from the cache). A transformers directory (``config.json`` + weights) is read by
+    :func:`from_transformers`.
 
     >>> import roberta_ext
     >>> roberta = roberta_ext.from_pretrained("/models/roberta.large")   # doctest: +SKIP
     >>> roberta.encode("Hello world!")                                   # doctest: +SKIP
     tensor([    0, 31414,   232,   328,     2])
     """
-    if bpe not in BPE_CHOICES:
+    if bpe is not None and bpe not in BPE_CHOICES:
         raise ValueError(f"bpe={bpe!r} is not supported; choose one of {BPE_CHOICES}")
     if overrides:
         warnings.warn(f"from_pretrained ignores fairseq overrides it has no use for: {sorted(overrides)}", stacklevel=2)
@@ -549,9 +565,8 @@ def from_pretrained(
     label_path = data_dir / "label" / "dict.txt"
     labels = Dictionary.load(label_path) if label_path.is_file() else None
 
-    family = loaded.model.cfg.family
-    if bpe == "gpt2" and family in ("bert", "electra", "albert"):  # their vocabularies are never GPT-2's
-        bpe = "sentencepiece" if family == "albert" else "bert"
+    if bpe is None:
+        bpe = _default_bpe(model_dir, loaded.model.cfg.family, gpt2_encoder_json, bpe_vocab_file, sentencepiece_model)
     tokenizer: FairseqGPT2Tokenizer | PieceTokenizer
     if bpe in ("bert", "wordpiece"):
         from .tokenizers.wordpiece import WordPieceTokenizer
@@ -577,6 +592,18 @@ def from_pretrained(
 
 BPE_CHOICES = ("gpt2", "bert", "wordpiece", "sentencepiece")
 """Tokenizers ``from_pretrained`` can pair with a fairseq checkpoint (fairseq's ``bpe`` names)."""
+
+
+def _default_bpe(model_dir: Path, family: str, gpt2_encoder_json: Any, bpe_vocab_file: Any,
+                 sentencepiece_model: Any) -> str:
+    """The tokenizer the files imply, then the family's usual one."""
+    if gpt2_encoder_json is not None or ((model_dir / "encoder.json").is_file() and (model_dir / "vocab.bpe").is_file()):
+        return "gpt2"
+    if bpe_vocab_file is not None or (model_dir / "vocab.txt").is_file():
+        return "bert"
+    if sentencepiece_model is not None or (model_dir / "spiece.model").is_file():
+        return "sentencepiece"
+    return {"bert": "bert", "electra": "bert", "albert": "sentencepiece"}.get(family, "gpt2")
 
 
 def from_transformers(directory: str | os.PathLike[str]) -> RobertaHubInterface:

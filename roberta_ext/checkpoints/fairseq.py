@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..modeling import EncoderConfig, RobertaModel
+from ..modeling import EncoderConfig, RobertaModel, electra, spanbert
 from .safe_load import CheckpointError, load_checkpoint_file
 
 # (pattern, replacement) applied in order to every key of an old state dict.
@@ -143,9 +143,13 @@ def load_roberta_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:
     options, task = model_options(state)
     # fairseq's hub copies weights into a float32 model; do the same for files saved in fp16.
     state_dict = {k: v.float() if v.is_floating_point() else v for k, v in upgrade_state_dict(state["model"]).items()}
+    # ELECTRA's generator and SpanBERT's span boundary head serve pretraining only.
+    state_dict = spanbert.encoder_state(electra.discriminator_state(state_dict))
     cfg = config_from_checkpoint(state_dict, options, path)
     with torch.device("meta"):
         model = RobertaModel(cfg)
+        if electra.has_discriminator_head(state_dict):  # ELECTRA: replaced-token detection stays servable
+            electra.add_discriminator_head(model)
     heads = _heads(state_dict)
     for name, (num_classes, inner_dim) in heads["classification_heads"].items():
         with torch.device("meta"):

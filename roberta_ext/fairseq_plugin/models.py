@@ -21,6 +21,9 @@ from ..modeling import EncoderConfig, RobertaModel
 
 logger = logging.getLogger(__name__)
 
+PRETRAINING_MODULES = ("generator", "discriminator_head", "sbo_head")
+"""Modules only pretraining models have; restoring their checkpoints elsewhere drops them."""
+
 ACTIVATION_CHOICES = ChoiceEnum(["gelu", "gelu_accurate", "relu", "tanh", "linear"])
 FAMILY_CHOICES = ChoiceEnum(["roberta", "bert", "albert", "electra", "spanbert"])
 POSITION_CHOICES = ChoiceEnum(["fairseq", "absolute"])
@@ -154,6 +157,12 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
         for key in list(state_dict):
             if key.startswith(prefix):
                 del state_dict[key]
+        # Pretraining-only modules (ELECTRA's generator and head, SpanBERT's SBO head) that this
+        # model does not have: a pretraining checkpoint restored for fine-tuning drops them.
+        for module in PRETRAINING_MODULES:
+            if not hasattr(self, module) and any(k.startswith(f"{module}.") for k in upgraded):
+                logger.info(f"dropping {module}.* of the checkpoint: this model has no {module}")
+                upgraded = {k: v for k, v in upgraded.items() if not k.startswith(f"{module}.")}
         state_dict.update({prefix + k: v for k, v in upgraded.items()})
 
         for kind, register in (("classification_heads", self.register_classification_head),

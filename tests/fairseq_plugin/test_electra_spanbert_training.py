@@ -174,6 +174,25 @@ def test_electra_checkpoint_serves_the_discriminator_and_its_head(workspace, ele
         torch.testing.assert_close(ours(tokens, features_only=True)[0], theirs(tokens, features_only=True)[0])
 
 
+def test_hub_loads_the_electra_checkpoint_and_detects_replacements(workspace, electra_run, bpe_files):
+    """from_pretrained on the pretraining checkpoint itself: the generator is dropped, the
+    discriminator and its head serve, and replaced_token_probs equals the model's own."""
+    import roberta_ext
+
+    hub = roberta_ext.from_pretrained(str(electra_run["checkpoint"].parent), "checkpoint_last.pt",
+                                      str(workspace["data"]), gpt2_encoder_json=str(bpe_files.encoder_json),
+                                      gpt2_vocab_bpe=str(bpe_files.vocab_bpe))
+    assert hub.model.cfg.family == "electra" and not hasattr(hub.model, "generator")
+    text = "Return the list of all the names in the module."
+    tokens = hub.encode(text)
+    assert tokens.tolist().count(2) == 1
+    probs = hub.replaced_token_probs(text)
+    assert len(probs) == len(tokens) - 2 and all(0.0 <= p <= 1.0 for _, p in probs)
+    expected = electra.replaced_token_probs(hub.model, tokens[None])[0, 1:-1]
+    torch.testing.assert_close(torch.tensor([p for _, p in probs]), expected)
+    assert "".join(token for token, _ in probs) == text
+
+
 def test_spanbert_checkpoint_serves_the_encoder(spanbert_run):
     state_dict, options = served_state(spanbert_run["checkpoint"])
     assert any(k.startswith("sbo_head.") for k in state_dict)
@@ -236,7 +255,7 @@ def test_hub_answers_held_out_questions(workspace, qa_run):
     right = {True: 0, False: 0}
     total = {True: 0, False: 0}
     for example in workspace["held_out"]:
-        answer = qa.answer(hub, example.question, example.context)
+        answer = hub.answer(example.question, example.context)
         gold = example.answers[0][0] if example.answers else ""
         if answer:
             assert example.context[answer.start:answer.end] == answer.text
