@@ -270,9 +270,20 @@ class _OrderedRunner:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._executor is not None:
-            # After a failure, queued chunks are of no use; running ones end within a chunk.
-            self._executor.shutdown(wait=True, cancel_futures=exc_type is not None)
+        if self._executor is None:
+            return
+        if exc_type is None:
+            self._executor.shutdown(wait=True)
+            return
+        # After a failure or an interrupt nothing the workers do is wanted: stop them now instead
+        # of waiting for running chunks. Waiting could also hang for good when Ctrl-C landed in
+        # the middle of submit() and left the executor's bookkeeping half-updated.
+        processes = list((getattr(self._executor, "_processes", None) or {}).values())
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=10)
 
     def map(self, job: Callable[[Any, _Chunk], Any], chunks: Iterable[_Chunk]) -> Iterator[tuple[_Chunk, Any]]:
         if self._executor is None:
