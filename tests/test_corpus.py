@@ -298,6 +298,10 @@ def test_bpe_encode_bad_vocabulary_or_output_folder(tmp_path, vocab, capsys):
     assert f"output directory does not exist: '{tmp_path / 'no' / 'such' / 'dir'}'" in capsys.readouterr().err
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_bpe_encode_interrupted_leaves_no_output(tmp_path, vocab):
     """Ctrl-C (SIGINT to the whole process group) or SIGTERM mid-run: temporary files go away.
 
@@ -313,6 +317,9 @@ def test_bpe_encode_interrupted_leaves_no_output(tmp_path, vocab):
             [sys.executable, "-m", "roberta_ext", "bpe-encode", "--encoder-json", str(vocab.encoder_json),
              "--vocab-bpe", str(vocab.vocab_bpe), "--inputs", "-", "--outputs", str(output), "--workers", "2"],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, start_new_session=True,
+            # As from a terminal: a test suite started in the background of a non-interactive
+            # shell inherits SIGINT ignored, and so would the command (rightly: nohup semantics).
+            preexec_fn=_sigint_default,
         )
     try:
         for signal_number, (directory, process) in runs.items():
