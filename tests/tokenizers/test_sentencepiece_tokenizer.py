@@ -55,7 +55,11 @@ ALBERT_SAMPLES = (
 SAMPLES = (*UNICODE_SAMPLES, *ALBERT_SAMPLES, "", " ", "[MASK]", "9,", ",9", "1,2,3,4,5,6")
 _PIECES = [*ALBERT_SPECIALS, "<UNK>", "9,", "1,000", "x9,", "``", "''", "Σ", "ΑΣ ", "\U0001d6ba", "ﬁ", "①"]
 _PIECES.append("e\u0301")
-ALBERT_TEXTS = st.lists(st.one_of(TEXTS, st.sampled_from(_PIECES)), max_size=6).map("".join)
+# Lone surrogates are not text: sentencepiece (and so ALBERT's tokenizer, ours and transformers')
+# cannot take them at all, so they are left out of the generated texts.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+ALBERT_TEXTS = st.lists(st.one_of(TEXTS, st.sampled_from(_PIECES)), max_size=6).map("".join).map(
+    lambda text: _SURROGATES.sub("", text))
 """Arbitrary Unicode text (see conftest.TEXTS), with special tokens and ALBERT's corner cases mixed in."""
 
 OPTIONS = pytest.mark.parametrize(
