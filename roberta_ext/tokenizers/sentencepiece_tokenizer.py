@@ -43,6 +43,8 @@ from pathlib import Path
 
 import sentencepiece
 
+from .wordpiece import _lowercase_per_character  # transformers 4.x's per-character lowercasing
+
 __all__ = [
     "ALBERT_CONTROL_SYMBOLS",
     "ALBERT_USER_DEFINED_SYMBOLS",
@@ -64,15 +66,6 @@ ALBERT_USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "–", "£", "€")
 
 class SentencePieceFormatError(ValueError):
     """A ``spiece.model`` that cannot be used (unreadable, or missing a special token); the message names it."""
-
-
-def _lowercase_per_character(text: str) -> str:
-    """Lowercase one character at a time, as transformers 4.x's ``PreTrainedTokenizer.tokenize``.
-
-    Python's ``str.lower`` is per character except that a word-final ``Σ`` becomes ``ς``;
-    turning every ``Σ`` into ``σ`` first removes that one context rule.
-    """
-    return text.replace("Σ", "σ").lower()
 
 
 def preprocess_text(text: str, *, do_lower_case: bool = True, keep_accents: bool = False) -> str:
