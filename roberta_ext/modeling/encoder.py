@@ -8,6 +8,7 @@ loads in fairseq, without renaming a single key. Unlike fairseq, tensors are bat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -88,12 +89,12 @@ class MultiheadSelfAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, seq_lens: list[int] | None = None
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None
     ) -> torch.Tensor:
         """``x``: (B, T, C) with ``attn_mask`` (B, 1, 1, T) bool, True where a key may be attended;
-        or packed (N, C) — the real tokens of several sequences back to back — with ``seq_lens``."""
-        if seq_lens is not None:
-            return self._forward_packed(x, seq_lens)
+        or packed (N, C) — the real tokens of several sequences back to back — with ``packing``."""
+        if packing is not None:
+            return self._forward_packed(x, packing)
         batch, length, _ = x.shape
 
         def split_heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, H, T, D)
@@ -107,18 +108,60 @@ class MultiheadSelfAttention(nn.Module):
         out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, C)
         return self.out_proj(out)
 
-    def _forward_packed(self, x: torch.Tensor, seq_lens: list[int]) -> torch.Tensor:  # (N, C) -> (N, C)
-        # The projections run once over every real token; only the attention itself goes
-        # sequence by sequence, so no FLOP is spent on padding.
+    def _forward_packed(self, x: torch.Tensor, packing: Packing) -> torch.Tensor:  # (N, C) -> (N, C)
+        # The projections run once over every real token; only the attention itself sees the
+        # sequence boundaries, so no FLOP is spent on padding.
         q, k, v = (proj(x).view(-1, self.num_heads, self.head_dim) for proj in (self.q_proj, self.k_proj, self.v_proj))
         dropout_p = self.dropout if self.training else 0.0
-        # A leading batch dimension of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
-        outs = [
-            F.scaled_dot_product_attention(qs.transpose(0, 1)[None], ks.transpose(0, 1)[None],
-                                           vs.transpose(0, 1)[None], dropout_p=dropout_p)[0].transpose(0, 1)  # (L, H, D)
-            for qs, ks, vs in zip(q.split(seq_lens), k.split(seq_lens), v.split(seq_lens))
-        ]
-        return self.out_proj(torch.cat(outs).reshape(-1, self.embed_dim))
+        attend = varlen_attention if packing.varlen(x) else per_sequence_attention
+        return self.out_proj(attend(q, k, v, packing, dropout_p).reshape(-1, self.embed_dim))
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where each sequence's real tokens lie in a packed (N, ...) tensor: ``seq_lens`` (on the
+    host) and ``offsets`` (B + 1,), their running sum starting at 0 (on the tensors' device)."""
+
+    seq_lens: list[int]
+    offsets: torch.Tensor
+
+    @classmethod
+    def from_padding_mask(cls, padding_mask: torch.Tensor) -> Packing:
+        """From a (B, T) mask, True on padding: the packed tensor holds row b's real tokens, in
+        order, as its b-th run (left or right padding alike)."""
+        lengths = (~padding_mask).sum(dim=1)
+        return cls(lengths.tolist(), F.pad(lengths.cumsum(0), (1, 0)))
+
+    def varlen(self, x: torch.Tensor) -> bool:
+        """Whether to attend through one variable-length kernel (nested jagged tensors: CUDA's
+        flash and memory-efficient kernels take them whole) rather than one call per sequence
+        (CPU, whose fused kernel runs on dense inputs only, and pays little per call)."""
+        return x.is_cuda
+
+
+def per_sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing,
+                           dropout_p: float) -> torch.Tensor:
+    """Packed (N, H, D) queries, keys and values -> (N, H, D), one SDPA call per sequence."""
+    # A leading batch dimension of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
+    return torch.cat([
+        F.scaled_dot_product_attention(qs.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None],
+                                       dropout_p=dropout_p)[0].transpose(0, 1)  # (L, H, D)
+        for qs, ks, vs in zip(q.split(packing.seq_lens), k.split(packing.seq_lens), v.split(packing.seq_lens))
+    ])
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing,
+                     dropout_p: float) -> torch.Tensor:
+    """Packed (N, H, D) -> (N, H, D) in one SDPA call over nested jagged tensors (B, H, j, D)."""
+    max_len = max(packing.seq_lens)
+
+    def jagged(t: torch.Tensor) -> torch.Tensor:
+        nested = torch.nested.nested_tensor_from_jagged(t, packing.offsets, min_seqlen=min(packing.seq_lens),
+                                                        max_seqlen=max_len)
+        return nested.transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(jagged(q), jagged(k), jagged(v), dropout_p=dropout_p)
+    return out.transpose(1, 2).values()
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -139,13 +182,13 @@ class TransformerEncoderLayer(nn.Module):
         self.activation_dropout = nn.Dropout(cfg.activation_dropout)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, seq_lens: list[int] | None = None
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None
     ) -> torch.Tensor:
-        """``x``: (B, T, C) with ``attn_mask``, or packed (N, C) with ``seq_lens`` (see the attention)."""
+        """``x``: (B, T, C) with ``attn_mask``, or packed (N, C) with ``packing`` (see the attention)."""
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x = residual + self.dropout(self.self_attn(x, attn_mask, seq_lens))
+        x = residual + self.dropout(self.self_attn(x, attn_mask, packing))
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
 
@@ -268,7 +311,7 @@ class TransformerEncoder(nn.Module):
         is scattered back to (B, T, C) with zeros at padding positions."""
         batch, length, dim = x.shape
         keep = (~padding_mask).flatten().nonzero().squeeze(1)  # (N,) positions of real tokens in B*T
-        seq_lens = (~padding_mask).sum(dim=1).tolist()  # row b's tokens are contiguous once packed
+        packing = Packing.from_padding_mask(padding_mask)  # row b's tokens are contiguous once packed
 
         def unpack(packed: torch.Tensor) -> torch.Tensor:  # (N, C) -> (B, T, C)
             return packed.new_zeros(batch * length, dim).index_copy(0, keep, packed).view(batch, length, dim)
@@ -276,7 +319,7 @@ class TransformerEncoder(nn.Module):
         packed = x.reshape(batch * length, dim).index_select(0, keep)  # (N, C)
         hiddens = [x] if return_all_hiddens else []
         for layer in self.layers:
-            packed = layer(packed, None, seq_lens)
+            packed = layer(packed, None, packing)
             if return_all_hiddens:
                 hiddens.append(unpack(packed))
         if self.layer_norm is not None:

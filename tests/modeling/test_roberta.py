@@ -176,12 +176,15 @@ def test_register_head_rejects_bad_arguments():
         model.register_classification_head("a.b", num_classes=2)
 
 
+@pytest.mark.parametrize("varlen", [False, True], ids=["per-sequence", "varlen"])
 @pytest.mark.parametrize("pre_ln", [False, True])
-def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln):
-    """Batches with enough padding skip it (tokens packed, attention per sequence); the result
-    on real tokens must equal the masked full-batch computation, hidden states included."""
+def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln, varlen):
+    """Batches with enough padding skip it (tokens packed; attention per sequence on CPU, one
+    nested-tensor call on CUDA); the result on real tokens must equal the masked full-batch
+    computation, hidden states included."""
     from roberta_ext.modeling import encoder
 
+    monkeypatch.setattr(encoder.Packing, "varlen", lambda self, x: varlen)
     model = tiny(encoder_normalize_before=pre_ln)
     batch = random_tokens([12, 3, 7, 12, 5])
     real = batch.ne(PAD)
@@ -196,7 +199,11 @@ def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln):
     assert packed[~real].abs().sum() == 0  # padding positions come back as zeros
 
 
-def test_packed_path_trains():
+@pytest.mark.parametrize("varlen", [False, True], ids=["per-sequence", "varlen"])
+def test_packed_path_trains(monkeypatch, varlen):
+    from roberta_ext.modeling import encoder
+
+    monkeypatch.setattr(encoder.Packing, "varlen", lambda self, x: varlen)
     model = tiny()
     model.train()
     batch = random_tokens([10, 2, 6])
