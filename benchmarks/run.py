@@ -27,7 +27,8 @@ it holds every figure, the commit measured, and how much of the CPUs other work 
 With ``--device cuda`` the same sections run on the GPU: the matmul yardstick is the GPU's
 (fp32 without TF32, as torch's default, and bf16); features are measured for the batches above
 and a larger one (64 x 512 full, and 64 rows of 8..512 tokens), in fp32 and in bf16 for all three
-contenders; training runs at base shape (12 x 768, 32 x 512 tokens) with ``--bf16``. Every timed
+contenders; training runs at base shape (12 x 768, 32 x 512 tokens) with ``--fp16`` (fairseq
+0.12's ``--bf16`` means a TPU: it sets ``--tpu``, and the trainer then asks for an XLA device). Every timed
 call ends with ``torch.cuda.synchronize()``. Tokenizing and loading stay on the CPU. The issue's
 targets were set for this 2-core CPU; GPU rows report figures and ratios without them.
 """
@@ -97,7 +98,7 @@ class Scale:
     # (B, T) of each full batch; its padded twin has B rows of T/B, 2T/B, ..., T tokens
     feature_shapes: tuple[tuple[int, int], ...] = ((8, 128),)
     train_batch: tuple[int, int] = (16, 128)  # (sequences, tokens per sequence) per update
-    train_bf16: bool = False  # fairseq-train --bf16 (GPU)
+    train_precision: tuple[str, ...] = ()  # fairseq-train's flags for it: --fp16 on a GPU
 
     @property
     def cuda(self) -> bool:
@@ -113,11 +114,11 @@ QUICK = Scale(repeats=2, matmul_sizes=(1024,), text_bytes=100_000, batch_lines=3
 GPU_FULL = Scale(repeats=20, matmul_sizes=(4096, 8192), text_bytes=1_000_000, batch_lines=32, feature_layers=12,
                  train_shape=(12, 768), train_updates=60, train_log_interval=10, train_runs=2, load_layers=24,
                  load_repeats=2, device="cuda", feature_shapes=((8, 128), (64, 512)), train_batch=(32, 512),
-                 train_bf16=True)
+                 train_precision=("--fp16",))
 GPU_QUICK = Scale(repeats=3, matmul_sizes=(4096,), text_bytes=100_000, batch_lines=32, feature_layers=2,
                   train_shape=(2, 256), train_updates=20, train_log_interval=5, train_runs=1, load_layers=2,
                   load_repeats=1, device="cuda", feature_shapes=((8, 128), (64, 512)), train_batch=(16, 256),
-                  train_bf16=True)
+                  train_precision=("--fp16",))
 
 
 # ------------------------------------------------------------------------------ results
@@ -746,8 +747,7 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
     data = binarized_data(ws)
     layers, width = scale.train_shape
     batch, block = scale.train_batch
-    placement = ["--bf16"] if scale.train_bf16 else []
-    placement += [] if scale.cuda else ["--cpu"]
+    placement = [*scale.train_precision, *([] if scale.cuda else ["--cpu"])]
     common = [*fairseq_cli("train"), str(data), *placement, "--num-workers", "0", "--seed", "1",
               "--log-format", "json", "--log-interval", str(scale.train_log_interval), "--no-save",
               "--disable-validation", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-4",
@@ -772,7 +772,7 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
     masking_s = masking_seconds(len(dictionary_symbols(ws.vocabulary.dict_txt)) + 5, batch, block)
     share = masking_s / step_s["ours"]
     config = (f"{layers} x {width}, {batch} x {block} tokens, {scale.train_updates} updates"
-              f"{', --bf16' if scale.train_bf16 else ''}, {'GPU' if scale.cuda else 'CPU'}")
+              f"{''.join(', ' + flag for flag in scale.train_precision)}, {'GPU' if scale.cuda else 'CPU'}")
     targets = not scale.cuda  # the issue's targets were set for the 2-core CPU
     rows = [
         Row(f"`fairseq-train` words/s ({config})", f"{wps['ours']:.0f} wps",

@@ -110,33 +110,43 @@ class MultiheadSelfAttention(nn.Module):
 
     def _forward_packed(self, x: torch.Tensor, packing: Packing) -> torch.Tensor:  # (N, C) -> (N, C)
         # The projections run once over every real token; only the attention itself sees the
-        # sequence boundaries, so no FLOP is spent on padding.
+        # sequences, so no projection or feed-forward FLOP is spent on padding.
         q, k, v = (proj(x).view(-1, self.num_heads, self.head_dim) for proj in (self.q_proj, self.k_proj, self.v_proj))
         dropout_p = self.dropout if self.training else 0.0
-        attend = varlen_attention if packing.varlen(x) else per_sequence_attention
+        attend = per_sequence_attention if packing.per_sequence(x) else padded_attention
         return self.out_proj(attend(q, k, v, packing, dropout_p).reshape(-1, self.embed_dim))
 
 
 @dataclass(frozen=True)
 class Packing:
-    """Where each sequence's real tokens lie in a packed (N, ...) tensor: ``seq_lens`` (on the
-    host) and ``offsets`` (B + 1,), their running sum starting at 0 (on the tensors' device)."""
+    """Where the real tokens of a padded (B, T) batch lie once packed back to back into (N, ...):
+    row b's real tokens, in order, are the b-th run (left or right padding alike)."""
 
-    seq_lens: list[int]
-    offsets: torch.Tensor
+    padding_mask: torch.Tensor  # (B, T), True on padding
+    keep: torch.Tensor  # (N,) positions of the real tokens in the flattened (B * T)
+    seq_lens: list[int]  # the runs' lengths, on the host
 
     @classmethod
     def from_padding_mask(cls, padding_mask: torch.Tensor) -> Packing:
-        """From a (B, T) mask, True on padding: the packed tensor holds row b's real tokens, in
-        order, as its b-th run (left or right padding alike)."""
-        lengths = (~padding_mask).sum(dim=1)
-        return cls(lengths.tolist(), F.pad(lengths.cumsum(0), (1, 0)))
+        real = ~padding_mask
+        return cls(padding_mask, real.flatten().nonzero().squeeze(1), real.sum(dim=1).tolist())
 
-    def varlen(self, x: torch.Tensor) -> bool:
-        """Whether to attend through one variable-length kernel (nested jagged tensors: CUDA's
-        flash and memory-efficient kernels take them whole) rather than one call per sequence
-        (CPU, whose fused kernel runs on dense inputs only, and pays little per call)."""
-        return x.is_cuda
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...), the real tokens only."""
+        return x.flatten(0, 1).index_select(0, self.keep)
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at padding."""
+        batch, length = self.padding_mask.shape
+        out = packed.new_zeros(batch * length, *packed.shape[1:]).index_copy(0, self.keep, packed)
+        return out.view(batch, length, *packed.shape[1:])
+
+    def per_sequence(self, x: torch.Tensor) -> bool:
+        """Whether to attend with one call per sequence (the CPU, whose fused kernel takes dense
+        inputs and costs little per call), rather than one masked call over the batch with the
+        padding restored for the attention alone (GPUs, where a call per sequence is a kernel
+        launch per sequence and layer: slower than attending over padding)."""
+        return not x.is_cuda
 
 
 def per_sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing,
@@ -150,18 +160,16 @@ def per_sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pa
     ])
 
 
-def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing,
+def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing,
                      dropout_p: float) -> torch.Tensor:
-    """Packed (N, H, D) -> (N, H, D) in one SDPA call over nested jagged tensors (B, H, j, D)."""
-    max_len = max(packing.seq_lens)
+    """Packed (N, H, D) -> (N, H, D) in one SDPA call over the batch, padded back to (B, H, T, D)
+    with padded keys masked out."""
+    def padded(t: torch.Tensor) -> torch.Tensor:
+        return packing.unpack(t).transpose(1, 2)  # (B, H, T, D)
 
-    def jagged(t: torch.Tensor) -> torch.Tensor:
-        nested = torch.nested.nested_tensor_from_jagged(t, packing.offsets, min_seqlen=min(packing.seq_lens),
-                                                        max_seqlen=max_len)
-        return nested.transpose(1, 2)
-
-    out = F.scaled_dot_product_attention(jagged(q), jagged(k), jagged(v), dropout_p=dropout_p)
-    return out.transpose(1, 2).values()
+    attn_mask = ~packing.padding_mask[:, None, None, :]  # (B, 1, 1, T), True where a key may be attended
+    out = F.scaled_dot_product_attention(padded(q), padded(k), padded(v), attn_mask=attn_mask, dropout_p=dropout_p)
+    return packing.pack(out.transpose(1, 2))
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -309,22 +317,16 @@ class TransformerEncoder(nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The layer stack on real tokens only: (B, T, C) is packed to (N, C), and every output
         is scattered back to (B, T, C) with zeros at padding positions."""
-        batch, length, dim = x.shape
-        keep = (~padding_mask).flatten().nonzero().squeeze(1)  # (N,) positions of real tokens in B*T
-        packing = Packing.from_padding_mask(padding_mask)  # row b's tokens are contiguous once packed
-
-        def unpack(packed: torch.Tensor) -> torch.Tensor:  # (N, C) -> (B, T, C)
-            return packed.new_zeros(batch * length, dim).index_copy(0, keep, packed).view(batch, length, dim)
-
-        packed = x.reshape(batch * length, dim).index_select(0, keep)  # (N, C)
+        packing = Packing.from_padding_mask(padding_mask)
+        packed = packing.pack(x)  # (N, C)
         hiddens = [x] if return_all_hiddens else []
         for layer in self.layers:
             packed = layer(packed, None, packing)
             if return_all_hiddens:
-                hiddens.append(unpack(packed))
+                hiddens.append(packing.unpack(packed))
         if self.layer_norm is not None:
             packed = self.layer_norm(packed)
-        return unpack(packed), hiddens
+        return packing.unpack(packed), hiddens
 
 
 def init_bert_params(module: nn.Module) -> None:

@@ -176,15 +176,15 @@ def test_register_head_rejects_bad_arguments():
         model.register_classification_head("a.b", num_classes=2)
 
 
-@pytest.mark.parametrize("varlen", [False, True], ids=["per-sequence", "varlen"])
+@pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "padded-attention"])
 @pytest.mark.parametrize("pre_ln", [False, True])
-def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln, varlen):
-    """Batches with enough padding skip it (tokens packed; attention per sequence on CPU, one
-    nested-tensor call on CUDA); the result on real tokens must equal the masked full-batch
+def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln, per_sequence):
+    """Batches with enough padding skip it (tokens packed; attention per sequence on CPU, padded
+    back for one masked call on CUDA); the result on real tokens must equal the masked full-batch
     computation, hidden states included."""
     from roberta_ext.modeling import encoder
 
-    monkeypatch.setattr(encoder.Packing, "varlen", lambda self, x: varlen)
+    monkeypatch.setattr(encoder.Packing, "per_sequence", lambda self, x: per_sequence)
     model = tiny(encoder_normalize_before=pre_ln)
     batch = random_tokens([12, 3, 7, 12, 5])
     real = batch.ne(PAD)
@@ -199,11 +199,11 @@ def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln, varl
     assert packed[~real].abs().sum() == 0  # padding positions come back as zeros
 
 
-@pytest.mark.parametrize("varlen", [False, True], ids=["per-sequence", "varlen"])
-def test_packed_path_trains(monkeypatch, varlen):
+@pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "padded-attention"])
+def test_packed_path_trains(monkeypatch, per_sequence):
     from roberta_ext.modeling import encoder
 
-    monkeypatch.setattr(encoder.Packing, "varlen", lambda self, x: varlen)
+    monkeypatch.setattr(encoder.Packing, "per_sequence", lambda self, x: per_sequence)
     model = tiny()
     model.train()
     batch = random_tokens([10, 2, 6])
