@@ -214,6 +214,19 @@ PACKING_MIN_PADDING = 0.1
 """Share of padding in a batch from which the encoder drops padding before the layers: below it,
 one batched attention call beats a call per sequence."""
 
+CUDA_PACKING_MIN_SLOTS = 8192
+"""On a GPU, batches of fewer (B x T) positions are not packed: small batches are bound by
+kernel launches, not FLOPs, and packing adds launches. Measured at base shape on an H100: an
+8 x 128 batch (1024 slots) with 44% padding took 10.9 ms packed against 7.1 ms unpacked; a
+64 x 512 batch (32768 slots) with 49% padding 88 ms packed against 143 ms."""
+
+
+def should_pack(padding_mask: torch.Tensor) -> bool:
+    """Whether the encoder runs the layers on the real tokens only (see :class:`Packing`)."""
+    if padding_mask.is_cuda and padding_mask.numel() < CUDA_PACKING_MIN_SLOTS:
+        return False
+    return float(padding_mask.float().mean()) >= PACKING_MIN_PADDING
+
 
 # What each ``share_layers`` mode shares: these sub-modules of layer 0 are used by every layer.
 SHARED_PARTS: dict[str, tuple[str, ...]] = {
@@ -299,7 +312,7 @@ class TransformerEncoder(nn.Module):
             # fairseq zeroes padded positions once after the embeddings; do the same so that
             # every returned hidden state matches it position for position.
             x = x * (~padding_mask).unsqueeze(-1).type_as(x)
-        if has_pads and float(padding_mask.float().mean()) >= PACKING_MIN_PADDING:
+        if has_pads and should_pack(padding_mask):
             return self._forward_packed(x, padding_mask, return_all_hiddens)
 
         attn_mask = (~padding_mask)[:, None, None, :] if has_pads else None  # (B, 1, 1, T)
