@@ -278,7 +278,15 @@ class SentencePieceTokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """The pieces of ``text`` (``AlbertTokenizer.tokenize``); text the model cannot spell
-        appears as itself (and encodes to ``<unk>``)."""
+        appears as itself (and encodes to ``<unk>``). Text that is not valid Unicode (a lone
+        surrogate, such as ``"\\ud800"``, from a badly decoded file) raises ``ValueError``:
+        SentencePiece reads UTF-8, which cannot hold it."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"text {text[max(0, error.start - 20):error.end + 20]!r} has a lone surrogate at "
+                             f"index {error.start} ({text[error.start]!r}): not valid Unicode, which "
+                             "SentencePiece cannot tokenize") from None
         pieces: list[str] = []
         for chunk, is_special in self._chunks(text):
             if is_special:

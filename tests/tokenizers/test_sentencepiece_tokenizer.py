@@ -376,6 +376,14 @@ def test_special_ids_and_lookups(pairs, model_path):
         tok.token_to_id("nope")
 
 
+def test_lone_surrogate_is_a_clear_error(pairs):
+    tok, _ = pairs[True, False]
+    with pytest.raises(ValueError, match=r"lone surrogate at index 6 \('\\ud800'\)"):
+        tok.encode("hello \ud800 world")
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        tok.tokenize("\udfff")
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="spiece.model"):
         SentencePieceTokenizer.from_file(tmp_path / "spiece.model")
