@@ -248,3 +248,35 @@ def test_model_trains_under_fairseqs_builtin_sentence_prediction_task(workspace,
               "--restore-file", str(pretrained["save_dir"] / "checkpoint_last.pt"),
               "--reset-optimizer", "--reset-dataloader", "--reset-meters")
     assert len(train_losses(log)) >= 1 and '"accuracy"' in log, log[-3000:]
+
+
+def masked_batches_per_epoch(data: Path, epochs: int, extra: list[str]) -> list[list[torch.Tensor]]:
+    """Every batch's masked ``src_tokens`` for each epoch, read as fairseq's trainer reads them
+    (one cached epoch iterator, advanced epoch by epoch) with one data-loader worker process."""
+    import roberta_ext.fairseq_plugin  # noqa: F401
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    argv = [str(data), "--task", "roberta_ext_mlm", "--criterion", "roberta_ext_mlm", *TINY_MODEL, "--cpu",
+            "--tokens-per-sample", "64", "--batch-size", "64", "--num-workers", "1", "--seed", "1", *extra]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset("train")
+    epochs_seen = []
+    for epoch in range(1, epochs + 1):
+        epoch_itr = task.get_batch_iterator(dataset=task.dataset("train"), max_sentences=64, seed=1, epoch=epoch,
+                                            num_workers=1)
+        epochs_seen.append([batch["net_input"]["src_tokens"] for batch in epoch_itr.next_epoch_itr(shuffle=False)])
+    return epochs_seen
+
+
+def test_data_loader_workers_mask_each_epoch_anew(workspace):
+    """fairseq reuses its data loader across epochs by default; its persistent worker processes
+    keep the dataset as it was in epoch 1, so they would repeat epoch 1's masks forever. The
+    plugin's tasks turn that reuse off: every epoch gets fresh masks."""
+    fresh = masked_batches_per_epoch(workspace["data"], 2, [])
+    assert len(fresh[0]) == len(fresh[1]) > 1
+    assert not any(torch.equal(a, b) for a, b in zip(*fresh))
+    repeated = masked_batches_per_epoch(workspace["data"], 2, ["--reuse-dataloader"])
+    assert all(torch.equal(a, b) for a, b in zip(*repeated))  # why the default is off
+    assert all(torch.equal(a, b) for a, b in zip(fresh[0], repeated[0]))  # epoch 1 is the same either way
