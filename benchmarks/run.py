@@ -553,7 +553,7 @@ def bench_features(scale: Scale, ws: Workspace) -> Section:
     """``extract_features`` of ours, fairseq's hub and transformers on identical weights: for each
     of ``scale.feature_shapes`` a full batch and a padded one, then bf16. On the CPU, ours in bf16
     against ours in fp32 (the issue's bf16 option); on a GPU, all three contenders in bf16."""
-    ours, contenders = feature_contenders(scale.feature_layers, ws, scale.device)
+    contenders = feature_contenders(scale.feature_layers, ws, scale.device)
     generator = torch.Generator().manual_seed(0)
     targets = not scale.cuda  # the issue's targets were set for the 2-core CPU
     batches: dict[str, tuple[str, torch.Tensor]] = {}  # "8x128/full" -> (label, tokens)
@@ -588,7 +588,7 @@ def bench_features(scale: Scale, ws: Workspace) -> Section:
     data: dict[str, Any] = {"layers": scale.feature_layers, "device": scale.device, "fp32": runs}
     if not scale.cuda:
         first = next(iter(batches.values()))[1]
-        bf16 = features_bf16(ours, first, scale)
+        bf16 = features_bf16(contenders.models["ours"], first, scale)
         data["bf16"] = bf16.data
         return Section(rows + bf16.rows, data)
 
@@ -621,9 +621,9 @@ class FeatureContenders(dict):
         self["transformers"] = lambda tokens: hf(input_ids=tokens, attention_mask=tokens.ne(PAD)).last_hidden_state
 
 
-def feature_contenders(layers: int, ws: Workspace, device: str = "cpu") -> tuple[Any, FeatureContenders]:
-    """Our hub, and tokens -> last-layer features (B, T, C) for ours, fairseq's hub and
-    transformers, all three holding the same random weights at base width, on ``device``."""
+def feature_contenders(layers: int, ws: Workspace, device: str = "cpu") -> FeatureContenders:
+    """tokens -> last-layer features (B, T, C) for ours (our hub), fairseq's hub and transformers,
+    all three holding the same random weights at base width, on ``device``."""
     from roberta_ext.hub import RobertaHubInterface
     from roberta_ext.modeling import EncoderConfig, RobertaModel
     from roberta_ext.tokenizers import Dictionary, FairseqGPT2Tokenizer, GPT2BPE
@@ -640,8 +640,7 @@ def feature_contenders(layers: int, ws: Workspace, device: str = "cpu") -> tuple
     theirs = fairseq_hub(folder, ["--arch", "roberta_base", "--encoder-layers", str(layers)])
     theirs.model.load_state_dict(model.state_dict(), strict=True)
     hf = transformers_roberta(model.state_dict(), layers)
-    contenders = FeatureContenders({"ours": ours.to(device), "fairseq": theirs.to(device), "transformers": hf.to(device)})
-    return ours, contenders
+    return FeatureContenders({"ours": ours.to(device), "fairseq": theirs.to(device), "transformers": hf.to(device)})
 
 
 def features_on(label: str, tokens: torch.Tensor, contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
