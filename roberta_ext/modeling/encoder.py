@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import EncoderConfig
+from .dropout import Dropout, attention
 
 
 def get_activation_fn(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -74,7 +75,9 @@ class AbsolutePositionalEmbedding(nn.Embedding):
 
 
 class MultiheadSelfAttention(nn.Module):
-    """Self-attention through ``F.scaled_dot_product_attention`` with fairseq's parameter names."""
+    """Self-attention through ``F.scaled_dot_product_attention`` with fairseq's parameter names
+    (in training on the CPU, where SDPA with dropout runs unfused anyway, through
+    :func:`~roberta_ext.modeling.dropout.attention`, whose dropout mask is cheaper)."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float) -> None:
         super().__init__()
@@ -104,7 +107,7 @@ class MultiheadSelfAttention(nn.Module):
         k = split_heads(self.k_proj(x))
         v = split_heads(self.v_proj(x))
         dropout_p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, H, T, D)
+        out = attention(q, k, v, attn_mask, dropout_p)  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, C)
         return self.out_proj(out)
 
@@ -154,8 +157,8 @@ def per_sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pa
     """Packed (N, H, D) queries, keys and values -> (N, H, D), one SDPA call per sequence."""
     # A leading batch dimension of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
     return torch.cat([
-        F.scaled_dot_product_attention(qs.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None],
-                                       dropout_p=dropout_p)[0].transpose(0, 1)  # (L, H, D)
+        attention(qs.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None],
+                  dropout_p=dropout_p)[0].transpose(0, 1)  # (L, H, D)
         for qs, ks, vs in zip(q.split(packing.seq_lens), k.split(packing.seq_lens), v.split(packing.seq_lens))
     ])
 
@@ -168,7 +171,7 @@ def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing:
         return packing.unpack(t).transpose(1, 2)  # (B, H, T, D)
 
     attn_mask = ~packing.padding_mask[:, None, None, :]  # (B, 1, 1, T), True where a key may be attended
-    out = F.scaled_dot_product_attention(padded(q), padded(k), padded(v), attn_mask=attn_mask, dropout_p=dropout_p)
+    out = attention(padded(q), padded(k), padded(v), attn_mask, dropout_p)
     return packing.pack(out.transpose(1, 2))
 
 
@@ -186,8 +189,8 @@ class TransformerEncoderLayer(nn.Module):
         self.fc2 = nn.Linear(cfg.encoder_ffn_embed_dim, dim)
         self.final_layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
         self.activation_fn = get_activation_fn(cfg.activation_fn)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.activation_dropout = nn.Dropout(cfg.activation_dropout)
+        self.dropout = Dropout(cfg.dropout)
+        self.activation_dropout = Dropout(cfg.activation_dropout)
 
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None
@@ -278,7 +281,7 @@ class TransformerEncoder(nn.Module):
         self.segment_embeddings = nn.Embedding(cfg.type_vocab_size, embed_dim) if cfg.type_vocab_size else None
         self.layernorm_embedding = nn.LayerNorm(embed_dim, eps=cfg.layer_norm_eps) if cfg.layernorm_embedding else None
         self.embed_proj = nn.Linear(embed_dim, dim) if embed_dim != dim else None
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.layers = build_layers(cfg)
         # Pre-LN stacks end with a LayerNorm; post-LN stacks already end normalised.
         self.layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps) if cfg.encoder_normalize_before else None
