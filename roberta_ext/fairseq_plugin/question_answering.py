@@ -23,13 +23,14 @@ import numpy as np
 import torch
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.data import Dictionary, FairseqDataset, data_utils
+from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING
 
 from .. import qa
+from .datasets import SizedDataset
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class ExtractiveQAConfig(FairseqDataclass):
     seed: int = II("common.seed")
 
 
-class QAWindowDataset(FairseqDataset):
+class QAWindowDataset(SizedDataset):
     """Windows of (question, context) in, padded batches with start/end labels out. Batches are
     built in the pair layout the task learns from its model."""
 
@@ -60,37 +61,16 @@ class QAWindowDataset(FairseqDataset):
         self.windows = windows
         self.task = task
         self.shuffle = shuffle
+        self.seed = task.cfg.seed
         self.sizes = np.array([len(w) for w in windows], dtype=np.int64)
         self.epoch = 1
 
     def __getitem__(self, index: int) -> dict:
         return {"id": index, "window": self.windows[index]}
 
-    def __len__(self) -> int:
-        return len(self.windows)
-
-    def num_tokens(self, index: int) -> int:
-        return int(self.sizes[index])
-
-    def num_tokens_vec(self, indices: np.ndarray) -> np.ndarray:
-        return self.sizes[indices]
-
-    def size(self, index: int) -> int:
-        return int(self.sizes[index])
-
     @property
     def can_reuse_epoch_itr_across_epochs(self) -> bool:
         return False  # the order is reshuffled every epoch
-
-    def set_epoch(self, epoch: int, **unused: Any) -> None:
-        self.epoch = epoch
-
-    def ordered_indices(self) -> np.ndarray:
-        if not self.shuffle:
-            return np.argsort(self.sizes, kind="mergesort")
-        with data_utils.numpy_seed(self.task.cfg.seed + self.epoch):
-            order = np.random.permutation(len(self))
-        return order[np.argsort(self.sizes[order], kind="mergesort")]
 
     def collater(self, samples: list) -> dict:
         if not samples:

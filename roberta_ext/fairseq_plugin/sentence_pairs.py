@@ -58,16 +58,17 @@ import torch
 import torch.nn.functional as F
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.data import Dictionary, FairseqDataset, data_utils
+from fairseq.data import Dictionary, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
-from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks import register_task
 from omegaconf import II, MISSING
 
 from ..data.masking import BatchMasker, MaskingConfig, reference_random_bits
 from ..modeling.albert import SENTENCE_ORDER_HEAD
 from ..modeling.bert import NEXT_SENTENCE_HEAD
-from .tasks import gpt2_word_starts
+from .datasets import SizedDataset
+from .tasks import MaskedLMTaskBase, gpt2_word_starts
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ def build_pair_chunks(sizes: np.ndarray, *, max_tokens: int, short_seq_prob: flo
                       doc_first.astype(np.int64), doc_count.astype(np.int64), skipped)
 
 
-class SentencePairDataset(FairseqDataset):
+class SentencePairDataset(SizedDataset):
     """Sentence pairs ``<s> A </s> B </s>`` with segment ids and a sentence label, masked per batch.
 
     ``sentences`` is a fairseq indexed dataset of sentences (each ending in ``</s>``) with
@@ -233,38 +234,13 @@ class SentencePairDataset(FairseqDataset):
             raise ValueError("next-sentence prediction needs at least two documents (separated by an empty line); "
                              f"found {len(self.chunks.doc_first_sentence)}")
         self._lengths = np.asarray(sizes, dtype=np.int64) - 1  # tokens of each sentence, </s> excluded
-        self._sizes = np.minimum(self.chunks.num_tokens, tokens_per_sample - 3) + 3
+        self.sizes = np.minimum(self.chunks.num_tokens, tokens_per_sample - 3) + 3
 
-    # -- fairseq's dataset protocol ----------------------------------------------------------
-
-    def __len__(self) -> int:
-        return len(self._sizes)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return self._sizes
-
-    def num_tokens(self, index: int) -> int:
-        return int(self._sizes[index])
-
-    def num_tokens_vec(self, indices: np.ndarray) -> np.ndarray:
-        return self._sizes[indices]
-
-    def size(self, index: int) -> int:
-        return int(self._sizes[index])
+    # -- fairseq's dataset protocol (sizes and order: SizedDataset) ---------------------------
 
     @property
     def can_reuse_epoch_itr_across_epochs(self) -> bool:
         return True  # sizes never change; the epoch reaches __getitem__ and the collater through set_epoch
-
-    def set_epoch(self, epoch: int, **unused: Any) -> None:
-        self.epoch = epoch
-
-    def ordered_indices(self) -> np.ndarray:
-        """Shuffled (per seed and epoch), then stably sorted by size, as fairseq's ``SortDataset``."""
-        with data_utils.numpy_seed(self.seed + self.epoch):
-            shuffle = np.random.permutation(len(self))
-        return shuffle[np.argsort(self._sizes[shuffle], kind="mergesort")]
 
     # -- examples ----------------------------------------------------------------------------
 
@@ -383,7 +359,7 @@ class SentencePairMLMConfig(FairseqDataclass):
 
 
 @register_task("sentence_pair_mlm", dataclass=SentencePairMLMConfig)
-class SentencePairMLMTask(FairseqTask):
+class SentencePairMLMTask(MaskedLMTaskBase):
     """Masked-LM pretraining on sentence pairs with next-sentence (BERT) or sentence-order
     (ALBERT) prediction; see the module docstring."""
 
@@ -469,20 +445,6 @@ class SentencePairMLMTask(FairseqTask):
         if head is not None:
             model.register_classification_head(head, num_classes=2)
         return model
-
-    @property
-    def source_dictionary(self) -> Dictionary:
-        return self.dictionary
-
-    @property
-    def target_dictionary(self) -> Dictionary:
-        return self.dictionary
-
-    def begin_epoch(self, epoch: int, model: Any) -> None:
-        model.set_epoch(epoch)
-
-    def max_positions(self) -> int:
-        return self.cfg.tokens_per_sample
 
 
 @dataclass

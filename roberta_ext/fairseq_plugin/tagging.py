@@ -40,11 +40,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.data import Dictionary, FairseqDataset, data_utils
+from fairseq.data import Dictionary, data_utils
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING
+
+from .datasets import SizedDataset
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ def num_label_classes(labels: Dictionary) -> int:
     return count
 
 
-class TokenLabelDataset(FairseqDataset):
+class TokenLabelDataset(SizedDataset):
     """``<s> tokens </s>`` with a target per position: the label class of first sub-words,
     :data:`IGNORE_INDEX` elsewhere.
 
@@ -89,7 +91,7 @@ class TokenLabelDataset(FairseqDataset):
         self.shuffle, self.seed, self.epoch = shuffle, seed, 1
         self.label_offset = label_dictionary.nspecial
         self.label_pad = label_dictionary.pad()
-        self._sizes = np.asarray(tokens.sizes, dtype=np.int64) + 1  # <s> prepended
+        self.sizes = np.asarray(tokens.sizes, dtype=np.int64) + 1  # <s> prepended
         self._check(label_dictionary, num_labels, name)
 
     def _check(self, label_dictionary: Dictionary, num_labels: int, name: str) -> None:
@@ -115,33 +117,6 @@ class TokenLabelDataset(FairseqDataset):
             if len(labels) and not bool(real[0]):
                 raise ValueError(f"{name}: line {line + 1} starts with {IGNORE_LABEL}: the first token of a "
                                  "sentence starts a word and needs its label")
-
-    def __len__(self) -> int:
-        return len(self._sizes)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return self._sizes
-
-    def num_tokens(self, index: int) -> int:
-        return int(self._sizes[index])
-
-    def num_tokens_vec(self, indices: np.ndarray) -> np.ndarray:
-        return self._sizes[indices]
-
-    def size(self, index: int) -> int:
-        return int(self._sizes[index])
-
-    def set_epoch(self, epoch: int, **unused: Any) -> None:
-        self.epoch = epoch
-
-    def ordered_indices(self) -> np.ndarray:
-        """Shuffled per seed and epoch (unless ``shuffle`` is off), then stably sorted by size."""
-        if not self.shuffle:
-            return np.argsort(self._sizes, kind="mergesort")
-        with data_utils.numpy_seed(self.seed + self.epoch):
-            order = np.random.permutation(len(self))
-        return order[np.argsort(self._sizes[order], kind="mergesort")]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         tokens = self.tokens[index]  # (n + 1,): tokens and </s>

@@ -129,8 +129,29 @@ class BatchMaskedLMDataset(BaseWrapperDataset):
         }
 
 
+class MaskedLMTaskBase(FairseqTask):
+    """What the masked-LM tasks share: one dictionary in and out, the epoch handed to the model,
+    blocks of at most ``cfg.tokens_per_sample`` tokens."""
+
+    dictionary: Dictionary
+
+    @property
+    def source_dictionary(self) -> Dictionary:
+        return self.dictionary
+
+    @property
+    def target_dictionary(self) -> Dictionary:
+        return self.dictionary
+
+    def begin_epoch(self, epoch: int, model: Any) -> None:
+        model.set_epoch(epoch)
+
+    def max_positions(self) -> int:
+        return self.cfg.tokens_per_sample
+
+
 @register_task("roberta_ext_mlm", dataclass=RobertaExtMLMConfig)
-class RobertaExtMLMTask(FairseqTask):
+class RobertaExtMLMTask(MaskedLMTaskBase):
     """Masked-LM pretraining (RoBERTa; SpanBERT spans with ``--span-masking``)."""
 
     cfg: RobertaExtMLMConfig
@@ -203,20 +224,6 @@ class RobertaExtMLMTask(FairseqTask):
         with data_utils.numpy_seed(self.cfg.seed + epoch):
             shuffle = np.random.permutation(len(dataset))
         self.datasets[split] = SortDataset(masked, sort_order=[shuffle, dataset.sizes])
-
-    @property
-    def source_dictionary(self) -> Dictionary:
-        return self.dictionary
-
-    @property
-    def target_dictionary(self) -> Dictionary:
-        return self.dictionary
-
-    def begin_epoch(self, epoch: int, model: Any) -> None:
-        model.set_epoch(epoch)
-
-    def max_positions(self) -> int:
-        return self.cfg.tokens_per_sample
 
 
 @dataclass

@@ -31,7 +31,7 @@ from torch import nn
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float, generator: torch.Generator | None = None) -> torch.Tensor:
-    """A CPU bool tensor of ``shape``, each element True with probability ``1 - p``.
+    """A CPU bool tensor of ``shape``, each element True with probability ``1 - p`` (``0 <= p < 1``).
 
     >>> keep_mask((2, 3), 0.0).all().item()
     True
@@ -40,7 +40,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, generator: torch.Ge
     words = torch.randint(-(2**63), 2**63 - 1, ((n + 1) // 2,), dtype=torch.int64, generator=generator)
     halves = words.view(torch.int32)[:n]
     threshold = round(p * 2**32) - 2**31  # P(word >= threshold) = 1 - round(p * 2^32) / 2^32
-    return halves.ge(threshold).view(shape) if threshold > -(2**31) else torch.ones(shape, dtype=torch.bool)
+    return halves.ge(threshold).view(shape)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

@@ -116,7 +116,7 @@ class MultiheadSelfAttention(nn.Module):
         # sequences, so no projection or feed-forward FLOP is spent on padding.
         q, k, v = (proj(x).view(-1, self.num_heads, self.head_dim) for proj in (self.q_proj, self.k_proj, self.v_proj))
         dropout_p = self.dropout if self.training else 0.0
-        attend = per_sequence_attention if packing.per_sequence(x) else padded_attention
+        attend = per_sequence_attention if packing.per_sequence else padded_attention
         return self.out_proj(attend(q, k, v, packing, dropout_p).reshape(-1, self.embed_dim))
 
 
@@ -144,12 +144,13 @@ class Packing:
         out = packed.new_zeros(batch * length, *packed.shape[1:]).index_copy(0, self.keep, packed)
         return out.view(batch, length, *packed.shape[1:])
 
-    def per_sequence(self, x: torch.Tensor) -> bool:
+    @property
+    def per_sequence(self) -> bool:
         """Whether to attend with one call per sequence (the CPU, whose fused kernel takes dense
         inputs and costs little per call), rather than one masked call over the batch with the
         padding restored for the attention alone (GPUs, where a call per sequence is a kernel
         launch per sequence and layer: slower than attending over padding)."""
-        return not x.is_cuda
+        return not self.padding_mask.is_cuda
 
 
 def per_sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing,

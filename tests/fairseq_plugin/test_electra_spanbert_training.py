@@ -17,12 +17,9 @@ on a shared 2-core machine that is faster than two, and deterministic.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,11 +33,9 @@ from roberta_ext.checkpoints.safe_load import load_checkpoint_file  # noqa: E402
 from roberta_ext.modeling import RobertaModel, electra, spanbert  # noqa: E402
 from roberta_ext.quickstart import stdlib_docstrings  # noqa: E402
 from roberta_ext.tokenizers import GPT2BPE  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from tests.fairseq_plugin.tools import USER_DIR, log_records, run  # noqa: E402
 from tests.test_qa import make_qa_records  # noqa: E402
 
-BIN = Path(sys.executable).parent
-USER_DIR = str(REPO / "roberta_ext")
 TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
         "--encoder-attention-heads", "4", "--max-positions", "128"]
 COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", "--log-format", "json",
@@ -48,21 +43,6 @@ COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", 
 PRETRAIN = [*COMMON, "--disable-validation", "--log-interval", "10", "--tokens-per-sample", "64",
             "--batch-size", "16", "--lr", "1e-3", "--max-update", "100"]
 ELECTRA_MODEL = ["--arch", "electra_ext_small", *TINY, "--embedding-size", "32"]  # generator: 16 wide
-
-
-def run(tool: str, *args: str) -> str:
-    """Run a console script of this environment; return its output, or fail with it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=env, timeout=600)
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise AssertionError(f"{tool} failed ({result.returncode}):\n{output[-6000:]}")
-    return output
-
-
-def log_records(log: str, kind: str = "train_inner") -> list[dict]:
-    """fairseq's JSON log records of one kind (``train_inner``, ``valid``), in order."""
-    return [json.loads(line[line.index("{"):]) for line in log.splitlines() if f"| {kind} |" in line]
 
 
 def mean(values: list[float]) -> float:

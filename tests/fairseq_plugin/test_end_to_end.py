@@ -7,6 +7,7 @@ own built-in tasks, and the plugin checkpoint in fairseq's hub and ours giving t
 from __future__ import annotations
 
 import json
+from functools import partial
 from collections import Counter
 import os
 import random
@@ -25,24 +26,16 @@ pytest.importorskip("fairseq")
 from roberta_ext.quickstart import stdlib_docstrings  # noqa: E402
 from roberta_ext.tokenizers import GPT2BPE  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
+from tests.fairseq_plugin import tools  # noqa: E402
 
-BIN = Path(sys.executable).parent
-USER_DIR = str(REPO / "roberta_ext")
+run = partial(tools.run, omp_threads=None)  # these runs keep torch's default thread count
+BIN, USER_DIR = tools.BIN, tools.USER_DIR
+
 TINY_MODEL = ["--arch", "roberta_ext_base", "--encoder-layers", "2", "--encoder-embed-dim", "64",
               "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4", "--max-positions", "64"]
 COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", "--log-format", "json",
           "--log-interval", "5", "--no-epoch-checkpoints", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
           "--clip-norm", "1.0", "--disable-validation"]
-
-
-def run(tool: str, *args: str, cwd: Path | None = None) -> str:
-    """Run a fairseq console script; return its combined output, or fail with it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([str(BIN / tool), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise AssertionError(f"{tool} failed ({result.returncode}):\n{output[-6000:]}")
-    return output
 
 
 def train_losses(log: str) -> list[float]:

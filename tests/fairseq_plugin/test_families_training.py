@@ -24,11 +24,7 @@ deterministic.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +42,8 @@ from roberta_ext.fairseq_plugin.sentence_pairs import (  # noqa: E402
     truncated_lengths,
 )
 from roberta_ext.tokenize_corpus import tokenize_main  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from tests.fairseq_plugin.tools import USER_DIR, log_records, run  # noqa: E402
 
-BIN = Path(sys.executable).parent
-USER_DIR = str(REPO / "roberta_ext")
 MODEL = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
          "--encoder-attention-heads", "4", "--max-positions", "32"]
 COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", "--log-format", "json",
@@ -58,21 +52,6 @@ COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", 
 PRETRAIN = [*MODEL, *COMMON, "--tokens-per-sample", "32", "--batch-size", "32", "--lr", "1e-2",
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "20"]
 BOS, PAD, EOS = 0, 1, 2
-
-
-def run(tool: str, *args: str) -> str:
-    """Run a console script of this environment; return its output, or fail with it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=env, timeout=600)
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise AssertionError(f"{tool} failed ({result.returncode}):\n{output[-6000:]}")
-    return output
-
-
-def log_records(log: str, kind: str = "train_inner") -> list[dict]:
-    """fairseq's JSON log records of one kind, in order."""
-    return [json.loads(line[line.index("{"):]) for line in log.splitlines() if f"| {kind} |" in line]
 
 
 def mean(values: list[float]) -> float:

@@ -14,11 +14,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -32,10 +28,8 @@ from roberta_ext.corpus import CorpusError  # noqa: E402
 from roberta_ext.fairseq_plugin.tagging import IGNORE_INDEX, TokenLabelDataset, num_label_classes  # noqa: E402
 from roberta_ext.tokenize_corpus import TokenWriter, prepare_tagging, prepare_tagging_main, read_conll  # noqa: E402
 from roberta_ext.tokenizers import GPT2BPE  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from tests.fairseq_plugin.tools import USER_DIR, log_records, run  # noqa: E402
 
-BIN = Path(sys.executable).parent
-USER_DIR = str(REPO / "roberta_ext")
 TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
         "--encoder-attention-heads", "4", "--max-positions", "64"]
 COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", "--log-format", "json",
@@ -44,19 +38,6 @@ COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", 
 
 NAMES = ["Ada", "Alan", "Grace", "Paris", "London", "Berlin", "Kyoto", "Lima", "Oslo", "Turing", "Hopper", "Nile"]
 WORDS = ["the", "went", "to", "saw", "visited", "with", "and", "a", "city", "friend", "river", "near", "in", "of"]
-
-
-def run(tool: str, *args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=env, timeout=600)
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise AssertionError(f"{tool} failed ({result.returncode}):\n{output[-6000:]}")
-    return output
-
-
-def log_records(log: str, kind: str) -> list[dict]:
-    return [json.loads(line[line.index("{"):]) for line in log.splitlines() if f"| {kind} |" in line]
 
 
 def tagged_sentences(count: int, seed: int) -> list[list[tuple[str, str]]]:

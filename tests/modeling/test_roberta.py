@@ -184,7 +184,7 @@ def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln, per_
     computation, hidden states included."""
     from roberta_ext.modeling import encoder
 
-    monkeypatch.setattr(encoder.Packing, "per_sequence", lambda self, x: per_sequence)
+    monkeypatch.setattr(encoder.Packing, "per_sequence", property(lambda self: per_sequence))
     model = tiny(encoder_normalize_before=pre_ln)
     batch = random_tokens([12, 3, 7, 12, 5])
     real = batch.ne(PAD)
@@ -203,7 +203,7 @@ def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln, per_
 def test_packed_path_trains(monkeypatch, per_sequence):
     from roberta_ext.modeling import encoder
 
-    monkeypatch.setattr(encoder.Packing, "per_sequence", lambda self, x: per_sequence)
+    monkeypatch.setattr(encoder.Packing, "per_sequence", property(lambda self: per_sequence))
     model = tiny()
     model.train()
     batch = random_tokens([10, 2, 6])

@@ -1,0 +1,33 @@
+"""fairseq's console scripts as the plugin tests run them, and their JSON logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+BIN = Path(sys.executable).parent
+USER_DIR = str(REPO / "roberta_ext")
+
+
+def run(tool: str, *args: str, cwd: Path | None = None, omp_threads: int | None = 1) -> str:
+    """Run a console script of this environment (``fairseq-train``, ...) with this repository
+    importable; return its output, or fail with it. ``omp_threads=None`` leaves torch's
+    thread count at its default."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if omp_threads is not None:
+        env["OMP_NUM_THREADS"] = str(omp_threads)
+    result = subprocess.run([str(BIN / tool), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise AssertionError(f"{tool} failed ({result.returncode}):\n{output[-6000:]}")
+    return output
+
+
+def log_records(log: str, kind: str = "train_inner") -> list[dict]:
+    """fairseq's JSON log records of one kind (``train_inner``, ``valid``), in order."""
+    return [json.loads(line[line.index("{"):]) for line in log.splitlines() if f"| {kind} |" in line]
