@@ -76,8 +76,12 @@ class RobertaHubInterface(nn.Module):
         self.bpe = getattr(tokenizer, "bpe", None)
         self.dictionary = tokenizer.dictionary
         self.cfg = cfg or {}
-        # RoBERTa writes "<mask>"; BERT and ALBERT vocabularies call it "[MASK]".
+        # RoBERTa writes "<mask>"; BERT and ALBERT vocabularies call it "[MASK]". A BERT trained
+        # with the plugin has both: "[MASK]" in its WordPiece vocabulary and the "<mask>" that
+        # fairseq's tasks append to dict.txt, which is the one it was trained to fill.
         self.mask_token = MASK if MASK in self.dictionary else getattr(tokenizer, "mask_token", MASK)
+        self.mask_spellings: tuple[str, ...] = tuple(dict.fromkeys((self.mask_token, MASK,
+                                                                    getattr(tokenizer, "mask_token", MASK))))
         self.task = HubTask(self.dictionary, label_dictionary, self.dictionary.index(self.mask_token))
         # RoBERTa separates a pair with "</s> </s>"; BERT's family with one [SEP] and segment ids.
         self.double_separator = model.cfg.family == "roberta"
@@ -453,10 +457,12 @@ class RobertaHubInterface(nn.Module):
         if not getattr(self.model, "has_lm_head", True):
             raise ValueError("this checkpoint has no masked-LM head (it was saved without one), so it cannot fill masks")
         mask = self.mask_token
-        if mask != MASK:
-            masked_input = masked_input.replace(MASK, mask)
+        for spelling in self.mask_spellings[1:]:  # "[MASK]" and "<mask>" both mean the mask
+            masked_input = masked_input.replace(spelling, mask)
         if masked_input.count(mask) != 1:
-            raise ValueError(f"fill_mask needs exactly one {mask} in its input, got {masked_input.count(mask)}: {masked_input!r}")
+            spellings = " or ".join(self.mask_spellings)
+            raise ValueError(f"fill_mask needs exactly one {spellings} in its input, got {masked_input.count(mask)}: "
+                             f"{masked_input!r}")
         # Each side is encoded with trailing spaces stripped: the space before <mask> belongs
         # to the predicted token (" 1977"), exactly as fairseq does it.
         left, right = (self.tokenizer.encode(span.rstrip()) for span in masked_input.split(mask))

@@ -40,12 +40,17 @@ def fairseq_dir(directory: Path, pieces: list[list[str]], preset: str, *, labels
 
 
 @pytest.fixture(scope="module")
-def bert(tmp_path_factory):
+def bert_dir(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("bert")
     write_vocab(train_wordpiece_vocab(CORPUS, vocab_size=120), directory / "vocab.txt")
     wordpiece = WordPieceTokenizer.from_file(directory / "vocab.txt")
     fairseq_dir(directory, [wordpiece.tokenize(line) for line in CORPUS], "bert-tiny", labels=["O", "PER", "LOC"])
-    return roberta_ext.from_pretrained(str(directory)), wordpiece
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bert(bert_dir):
+    return roberta_ext.from_pretrained(str(bert_dir)), WordPieceTokenizer.from_file(bert_dir / "vocab.txt")
 
 
 def test_bert_checkpoint_tokenizes_through_its_dict_txt(bert):
@@ -73,6 +78,43 @@ def test_bert_features_use_segments_and_tagging_labels_each_word(bert):
     assert all(0.0 < p <= 1.0 for _, _, p in tagged)
     with pytest.raises(KeyError, match="tagger"):
         hub.tag("x", head="absent")
+
+
+def assert_fills_like_the_model(hub, masked_input: str) -> list:
+    """``fill_mask`` ranks what the model's LM head gives at the mask position (the index the
+    plugin's tasks trained it on: the ``<mask>`` appended to ``dict.txt``)."""
+    filled = hub.fill_mask(masked_input, topk=3)
+    left, right = masked_input.split("[MASK]")
+    ids = [0, *hub.tokenizer.encode(left.rstrip()), hub.task.mask_idx, *hub.tokenizer.encode(right.rstrip()), 2]
+    assert hub.task.mask_idx == hub.dictionary.index("<mask>") == len(hub.dictionary) - 1
+    with torch.no_grad():
+        logits = hub.model(torch.tensor([ids]), features_only=False)[0][0, ids.index(hub.task.mask_idx)]
+    best = logits.softmax(-1).topk(3)
+    assert [token for _, _, token in filled] == [hub._token_text(i) for i in best.indices.tolist()]
+    torch.testing.assert_close(torch.tensor([p for _, p, _ in filled]), best.values)
+    return filled
+
+
+def test_plugin_trained_bert_and_albert_fill_mask_and_mask_tokens(bert, bert_dir, tmp_path):
+    """Issue 15: a plugin checkpoint's dict.txt ends with fairseq's ``<mask>`` while its
+    tokenizer writes ``[MASK]``; both spellings fill the same mask, whichever way it is loaded."""
+    hub, _ = bert
+    filled = assert_fills_like_the_model(hub, "the quick brown [MASK] jumps")
+    assert hub.fill_mask("the quick brown <mask> jumps", topk=3) == filled
+    # A continuation piece ("##llows") joins the word before it, as BERT's detokenizer joins it.
+    for sentence, _, token in filled:
+        assert sentence in (f"the quick brown{token} jumps", f"the quick brown {token} jumps")
+    with pytest.raises(ValueError, match=r"exactly one <mask> or \[MASK\].*got 2"):
+        hub.fill_mask("[MASK] and <mask>")
+    # The same folder with the tokenizer named as fairseq names it.
+    named = roberta_ext.from_pretrained(str(bert_dir), bpe="bert", bpe_vocab_file=str(bert_dir / "vocab.txt"))
+    assert named.fill_mask("the quick brown [MASK] jumps", topk=3) == filled
+
+    model_file = train_sentencepiece(CORPUS, tmp_path / "spiece", vocab_size=80, hard_vocab_limit=False)
+    spm = SentencePieceTokenizer.from_file(model_file)
+    fairseq_dir(tmp_path, [spm.tokenize(line) for line in CORPUS], "albert-tiny")
+    albert = roberta_ext.from_pretrained(str(tmp_path), bpe="sentencepiece", sentencepiece_model=str(model_file))
+    assert_fills_like_the_model(albert, "bob lives in [MASK].")
 
 
 def test_albert_checkpoint_tokenizes_with_its_sentencepiece_model(tmp_path):

@@ -113,6 +113,13 @@ class BatchMaskedLMDataset(BaseWrapperDataset):
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
         return FairseqDataset.batch_by_size(self, indices, max_tokens, max_sentences, required_batch_size_multiple)
 
+    # The size filter must see the sizes the model will see, <s> included. Passed down, it would
+    # reach TokenBlockDataset, whose blocks are one shorter: a block of exactly
+    # --tokens-per-sample tokens (complete/eos break modes) would pass and overflow the
+    # position table by one.
+    def filter_indices_by_size(self, indices: np.ndarray, max_sizes: Any) -> tuple[np.ndarray, list[int]]:
+        return FairseqDataset.filter_indices_by_size(self, indices, max_sizes)
+
     def collater(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         if not samples:
             return {}
