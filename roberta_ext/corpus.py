@@ -185,9 +185,13 @@ def _raise_length_mismatch(inputs: Sequence[_InputFile], row: tuple[bytes | None
     ended = [source.name for source, line in zip(inputs, row) if line is None]
     longer = [source.name for source, line in zip(inputs, row) if line is not None]
     # fairseq's zip() would silently drop the extra lines, misaligning nothing but losing data.
+    # Unequal lengths usually mean separate files were meant (as `roberta-ext tokenize
+    # --inputs a b` takes them): say how to encode those.
     raise CorpusError(
         f"parallel inputs have different numbers of lines: {', '.join(ended)} ended after "
-        f"{lines_before} lines, but {', '.join(longer)} has more"
+        f"{lines_before} lines, but {', '.join(longer)} has more. bpe-encode --inputs A B reads A and B as "
+        f"parallel columns (fairseq's meaning: line i of each is one row, and an empty line drops the row "
+        f"from every output). To encode separate files, run bpe-encode once per file."
     )
 
 
@@ -723,7 +727,10 @@ def bpe_encode_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--encoder-json", required=True, metavar="FILE", help="path to encoder.json")
     parser.add_argument("--vocab-bpe", required=True, metavar="FILE", help="path to vocab.bpe")
     parser.add_argument("--inputs", nargs="+", default=[STDIO], metavar="FILE",
-                        help="input files to filter/encode; '-' is stdin (default: -)")
+                        help="input files to filter/encode; '-' is stdin (default: -). Several files are "
+                             "PARALLEL COLUMNS, as in fairseq: line i of every file is one row, and they must "
+                             "have equal numbers of lines. For separate files (train, valid), run once per "
+                             "file (unlike 'roberta-ext tokenize', whose --inputs are separate files)")
     parser.add_argument("--outputs", nargs="+", default=[STDIO], metavar="FILE",
                         help="path to save encoded outputs, one per input; '-' is stdout (default: -)")
     parser.add_argument("--keep-empty", action="store_true",

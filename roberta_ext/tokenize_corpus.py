@@ -281,8 +281,12 @@ def tokenize_main(argv: Sequence[str] | None = None) -> int:
                         help="wordpiece (BERT, --model vocab.txt) or sentencepiece (ALBERT, --model spiece.model)")
     parser.add_argument("--model", required=True, metavar="FILE", help="vocab.txt or spiece.model")
     parser.add_argument("--cased", action="store_true", help="keep the case (default: lowercase, as uncased models)")
-    parser.add_argument("--inputs", nargs="+", required=True, metavar="FILE", help="text files to tokenize")
-    parser.add_argument("--outputs", nargs="+", required=True, metavar="FILE", help="one output per input")
+    parser.add_argument("--inputs", nargs="+", required=True, metavar="FILE",
+                        help="text files to tokenize, each on its own: SEPARATE files, which may have any "
+                             "numbers of lines (unlike 'roberta-ext bpe-encode', whose --inputs are parallel "
+                             "columns of one corpus, as in fairseq)")
+    parser.add_argument("--outputs", nargs="+", required=True, metavar="FILE",
+                        help="one output per input, in the same order")
     parser.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                         help="processes that tokenize; 1 runs in this process (default: 1)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

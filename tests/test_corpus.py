@@ -280,7 +280,21 @@ def test_bpe_encode_parallel_inputs_of_different_lengths(tmp_path, vocab, capsys
     assert _encode_cli(vocab, [long, short], [tmp_path / "1.bpe", tmp_path / "2.bpe"]) == 1
     err = capsys.readouterr().err
     assert f"{short} ended after 3 lines, but {long} has more" in err
+    assert "parallel columns" in err and "run bpe-encode once per file" in err  # not tokenize's separate files
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.txt", "short.txt", "vocab"]
+
+
+def test_inputs_help_tells_parallel_columns_from_separate_files(capsys):
+    """``bpe-encode --inputs a b`` are fairseq's parallel columns, ``tokenize --inputs a b``
+    separate files: both --help texts say so, naming the other command."""
+    from roberta_ext.tokenize_corpus import tokenize_main
+
+    for main, meaning, other in ((bpe_encode_main, "PARALLEL COLUMNS", "roberta-ext tokenize"),
+                                 (tokenize_main, "SEPARATE files", "roberta-ext bpe-encode")):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert meaning in text and other in text
 
 
 def test_bpe_encode_bad_vocabulary_or_output_folder(tmp_path, vocab, capsys):
