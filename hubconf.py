@@ -13,14 +13,16 @@ from roberta_ext.hub import from_pretrained as _from_pretrained
 dependencies = ["torch", "regex", "requests", "tqdm"]
 
 
-def roberta(model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", bpe="gpt2", **kwargs) -> RobertaHubInterface:
-    """A RoBERTa model from a local folder (``model.pt`` + ``dict.txt``), an archive, a URL or a
-    known name (roberta.base, roberta.large, roberta.large.mnli), with fairseq's hub methods:
+def roberta(model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", bpe=None, **kwargs) -> RobertaHubInterface:
+    """A RoBERTa-family model from a local folder (``model.pt`` + ``dict.txt``), an archive, a URL
+    or a known name (roberta.base, roberta.large, roberta.large.mnli), with fairseq's hub methods:
     encode, decode, extract_features (return_all_hiddens), predict,
     register_classification_head, fill_mask. Needs no fairseq. Returned in eval mode.
 
-    Arguments are those of fairseq's ``RobertaModel.from_pretrained``; keyword options:
-    gpt2_encoder_json, gpt2_vocab_bpe, device, cache_dir, offline.
+    Arguments are those of fairseq's ``RobertaModel.from_pretrained``; ``bpe`` (``gpt2``,
+    ``bert``, ``sentencepiece``) defaults to what the folder's files imply, so BERT and ALBERT
+    folders load too. Keyword options: gpt2_encoder_json, gpt2_vocab_bpe, bpe_vocab_file,
+    sentencepiece_model, device, dtype, cache_dir, offline.
     """
     return _from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe, **kwargs)
 

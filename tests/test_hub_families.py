@@ -15,6 +15,7 @@ from roberta_ext.modeling import EncoderConfig, RobertaModel
 from roberta_ext.tokenizers import Dictionary
 from roberta_ext.tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from roberta_ext.tokenizers.wordpiece import WordPieceTokenizer, train_wordpiece_vocab, write_vocab
+from tests.conftest import REPO
 
 CORPUS = ["The quick brown fox jumps over the lazy dog.", "Alice lives in Paris; Bob lives in Berlin.",
           "Numbers like 1,234 and 56 appear too.", "A second sentence follows the first one."] * 20
@@ -109,6 +110,8 @@ def test_plugin_trained_bert_and_albert_fill_mask_and_mask_tokens(bert, bert_dir
     # The same folder with the tokenizer named as fairseq names it.
     named = roberta_ext.from_pretrained(str(bert_dir), bpe="bert", bpe_vocab_file=str(bert_dir / "vocab.txt"))
     assert named.fill_mask("the quick brown [MASK] jumps", topk=3) == filled
+    hub_loaded = torch.hub.load(str(REPO), "roberta", str(bert_dir), source="local")  # the tokenizer from the files
+    assert hub_loaded.fill_mask("the quick brown [MASK] jumps", topk=3) == filled
 
     model_file = train_sentencepiece(CORPUS, tmp_path / "spiece", vocab_size=80, hard_vocab_limit=False)
     spm = SentencePieceTokenizer.from_file(model_file)
