@@ -21,8 +21,9 @@ from .modeling import EncoderConfig, RobertaModel
 __version__ = "0.1.0"
 
 # fairseq imports a --user-dir as a package, after fairseq itself: register then. A process that
-# has not loaded fairseq (the hub) never imports it from here.
-if "fairseq" in sys.modules:
+# has not loaded fairseq (the hub) never imports it from here; nor does one that made fairseq
+# unimportable with sys.modules["fairseq"] = None (the key is there, the module is not).
+if sys.modules.get("fairseq") is not None:
     from . import fairseq_plugin  # noqa: F401  (registers models, tasks, criteria)
 
 __all__ = ["CheckpointError", "EncoderConfig", "RobertaHubInterface", "RobertaModel", "__version__", "from_pretrained"]

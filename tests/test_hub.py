@@ -7,6 +7,8 @@ import http.server
 import importlib.util
 import io
 import shutil
+import subprocess
+import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -67,6 +69,19 @@ def test_torch_hub_load_works_with_fairseq_unavailable(model_dir):
         str(model_dir),
     )
     assert result.stdout.split() == ["3", "(1,", "5,", "32)"]
+
+
+def test_hub_imports_where_fairseq_is_set_to_none(model_dir):
+    """``sys.modules["fairseq"] = None`` is a common way to make fairseq unimportable; the key
+    is present, so the package must not take it for a loaded fairseq and import the plugin."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys\nsys.modules['fairseq'] = None\nimport roberta_ext\n"
+         "hub = roberta_ext.from_pretrained(sys.argv[1])\nprint(hub.decode(hub.encode('Hello world!')))\n"
+         "assert 'roberta_ext.fairseq_plugin' not in sys.modules", str(model_dir)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "Hello world!\n"
 
 
 def test_hubconf_lists_dependencies_and_documents_entries():
