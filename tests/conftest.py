@@ -71,6 +71,27 @@ def fairseq_reference(tmp_path_factory) -> dict:
     return json.loads((out / "manifest.json").read_text())["models"]
 
 
+QUICKSTART_SMALL = ["--pretrain-updates", "8", "--finetune-updates", "4"]
+"""The quickstart at its default shapes and vocabulary (4 x 128, 3000 merges), briefly trained:
+what docs/ runs its ``>>>`` examples on. Ids and shapes equal a full ``make quickstart`` run's
+on the same Python; trained values (probabilities, predictions) do not."""
+
+
+@pytest.fixture(scope="session")
+def quickstart_out(tmp_path_factory) -> Path:
+    """``python -m roberta_ext quickstart`` (:data:`QUICKSTART_SMALL`) run once: its
+    ``quickstart_out/`` folder (``pretrain/``, ``finetune/``, data), with the report it printed
+    in ``report.txt``. About 45 s on 2 cores."""
+    if importlib.util.find_spec("fairseq") is None:
+        pytest.skip("fairseq is not installed: the quickstart trains with fairseq-train")
+    out = tmp_path_factory.mktemp("quickstart") / "quickstart_out"
+    result = subprocess.run([sys.executable, "-m", "roberta_ext", "quickstart", "--out", str(out), *QUICKSTART_SMALL],
+                            cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    (out / "report.txt").write_text(result.stdout, encoding="utf-8")
+    return out
+
+
 class RunsCode:
     """Pickles to a call of ``os.system`` — what a malicious checkpoint does. Loading it must
     fail before ``marker`` is created."""

@@ -1,0 +1,373 @@
+"""Every shell command in docs/ runs, page by page, as a reader following the page would run it.
+
+A page's ``sh`` and ``bash`` blocks run in page order in one fresh temporary folder, each with
+``bash -euo pipefail``, so later blocks find the files earlier ones made. The environment is
+what docs/pretraining.md's first block sets up: ``REPO`` is this checkout (the test also puts
+it in place of that block's ``/path/to/roberta_ext``) and ``PATH`` starts with this Python's
+``bin`` folder (``roberta-ext``, ``fairseq-preprocess``, ``fairseq-train``). ``PYTHONPATH`` is
+unset, as that page says it need not be set, and the hub's downloads are off.
+
+A block that is not run says why in its first line, ``# not run: <reason>`` (a GPU-sized
+training, a download, ``make``); a block without that line is run, so a page cannot hold a
+command that is neither. Where a skipped block makes what later blocks need, or is a command
+worth checking, the test runs a stand-in (:data:`STAND_INS`): the page's own command with
+small-size options appended (fairseq's argparse keeps the last of a repeated option), so its
+other options are still parsed and used. What a reader brings (a corpus, a vocabulary, CoNLL
+or QA data) is made up small by the test (:data:`READER_BRINGS`); pages that continue from
+docs/pretraining.md start with what its run made (:data:`FROM_PRETRAINING`).
+
+Checked: every block exits 0; a ``fairseq-train`` run in the foreground logs ``done training``;
+the files a page says it writes exist (:data:`PROMISES`). docs/pretraining.md's small run
+(``--sample-break-mode complete``, 64 positions, whole-word masking), which once crashed with an
+IndexError after 20-40 updates, trains its 60 updates on 3,000 English sentences.
+
+About 2 minutes on 2 cores: every training is a few updates of a 2-layer, 64-wide model.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.docs.markdown import Block, code_blocks
+
+DOCS = REPO / "docs"
+SHELL = ("sh", "bash")
+BIN = Path(sys.executable).parent
+NOT_RUN = re.compile(r"# not run: (?P<reason>\S.*)")
+BLOCK_TIMEOUT_S = 300
+
+
+def shell_blocks(page: str) -> list[Block]:
+    return code_blocks(DOCS / page, SHELL)
+
+
+def not_run_reason(block: Block) -> str | None:
+    """The reason given by a ``# not run: <reason>`` first line, or None."""
+    match = NOT_RUN.fullmatch(block.text.split("\n", 1)[0].strip())
+    return match["reason"] if match else None
+
+
+# ------------------------------------------------------------------ stand-ins for skipped blocks
+
+SMALL_MODEL = ("--encoder-layers 2 --encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4 "
+               "--max-positions 64")
+BRIEF_ON_CPU = "--batch-size 8 --update-freq 1 --max-update 5 --cpu --num-workers 0"
+PRETRAIN_SMALL = f"{SMALL_MODEL} --tokens-per-sample 64 {BRIEF_ON_CPU}"
+FINETUNE_SMALL = f"{SMALL_MODEL} {BRIEF_ON_CPU}"  # the fine-tuning tasks have no --tokens-per-sample
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """What runs in place of one block marked ``# not run``: the shell commands ``prepare``, then
+    the block's command without the options ``drop`` and with ``append`` added at its end."""
+
+    page: str
+    key: str  # a string in that block and in no other block of the page
+    append: str
+    drop: tuple[str, ...] = ()
+    prepare: str = ""
+
+    def script(self, block: Block) -> str:
+        command = block.text.rstrip()
+        for option in self.drop:
+            command, found = re.subn(rf"(?<=\s){re.escape(option)}(?=\s|$)", "", command)
+            assert found == 1, f"{block.where}: {option} is not in the block once"
+        return f"{self.prepare}\n{command} \\\n    {self.append}\n"
+
+
+STAND_INS = (
+    # RoBERTa base's recipe, small. fairseq's fp16 optimizer needs CUDA, so no --fp16 (the page
+    # says: on GPUs, drop --cpu and add --fp16). Saved apart, so that checkpoints/ stays the
+    # page's small run, which the later blocks and docs/fine-tuning.md continue from.
+    StandIn("pretraining.md", "--total-num-update 125000", drop=("--fp16",),
+            append=f"{PRETRAIN_SMALL} --save-dir checkpoints-base-stand-in"),
+    # GLUE's RTE recipe, on the page's own classification data, from the pretraining page's
+    # small model in place of the released roberta.base.
+    StandIn("fine-tuning.md", "fairseq-train RTE-bin", drop=("--fp16",), append=FINETUNE_SMALL,
+            prepare="cp -r cls-bin RTE-bin\nmkdir -p roberta.base\n"
+                    "cp checkpoints/checkpoint_best.pt roberta.base/model.pt"),
+    # BERT and ALBERT pretraining: token classification restores checkpoints/bert.
+    StandIn("bert-albert.md", "--save-dir checkpoints/bert", drop=("--fp16",), append=PRETRAIN_SMALL),
+    StandIn("bert-albert.md", "--save-dir checkpoints/albert", drop=("--fp16",), append=PRETRAIN_SMALL),
+    StandIn("bert-albert.md", "--save-dir checkpoints/ner", append=FINETUNE_SMALL),
+    # ELECTRA and SpanBERT pretraining, then QA from each.
+    StandIn("electra-spanbert-qa.md", "--task electra --criterion electra", append=PRETRAIN_SMALL),
+    StandIn("electra-spanbert-qa.md", "--save-dir checkpoints/electra-qa", append=FINETUNE_SMALL),
+    StandIn("electra-spanbert-qa.md", "--task spanbert --criterion spanbert", append=PRETRAIN_SMALL),
+    StandIn("electra-spanbert-qa.md", "--save-dir checkpoints/qa", append=FINETUNE_SMALL),
+)
+
+
+def stand_in_for(block: Block) -> StandIn | None:
+    found = [s for s in STAND_INS if s.page == block.page.name and s.key in block.text]
+    assert len(found) <= 1, f"{block.where}: {len(found)} stand-ins match"
+    return found[0] if found else None
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def placeholders() -> dict[str, str]:
+    """Values the pages leave to the reader, and the test's choice of each."""
+    return {
+        "/path/to/roberta_ext": str(REPO),  # docs/pretraining.md: "your checkout of this repository"
+        "PORT=29517": f"PORT={free_port()}",  # docs/pretraining.md: "any free TCP port"
+    }
+
+
+# ------------------------------------------------------------------ what a reader brings
+
+
+@functools.cache
+def docstring_documents() -> tuple[tuple[str, ...], ...]:
+    """The standard library's docstrings as documents of English sentences, shuffled."""
+    from roberta_ext.quickstart import stdlib_docstrings
+
+    docs = [text for text, _ in stdlib_docstrings()]
+    random.Random(0).shuffle(docs)
+    return tuple(tuple(s.strip() for s in doc.split(". ") if 20 < len(s.strip()) < 160) for doc in docs)
+
+
+def sentences(count: int) -> list[str]:
+    found = [s for doc in docstring_documents() for s in doc]
+    assert len(found) >= count, len(found)
+    return found[:count]
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+
+def raw_corpus(folder: Path) -> None:
+    """docs/pretraining.md, docs/tokenizers.md: ``train.raw`` (3,000 sentences), ``valid.raw`` (300)."""
+    lines = sentences(3300)
+    write_lines(folder / "train.raw", lines[:3000])
+    write_lines(folder / "valid.raw", lines[3000:])
+
+
+def classification_data(folder: Path) -> None:
+    """docs/fine-tuning.md: sentences labelled 1 (they mention returning something) or 0, and a
+    score per sentence for regression."""
+    lines = sentences(1200)
+    for split, rows in (("train", lines[:1000]), ("valid", lines[1000:])):
+        write_lines(folder / f"{split}.input0", rows)
+        write_lines(folder / f"{split}.label", [str(int(" return" in f" {s.lower()}")) for s in rows])
+        write_lines(folder / f"{split}.score", [f"{len(s) / 40:.2f}" for s in rows])
+
+
+def tagged(words: list[str]) -> list[str]:
+    """CoNLL lines: capitalised words are entities, numbers NUM, the rest O."""
+    return [f"{w}\t{'B-ENT' if w[0].isupper() else 'NUM' if w.isdigit() else 'O'}" for w in words]
+
+
+def bert_albert_inputs(folder: Path) -> None:
+    """docs/bert-albert.md: ``train.txt``/``valid.txt`` (a sentence per line, an empty line after
+    each document), the ``vocab.txt`` and ``spiece.model`` its Python blocks learn from them,
+    and ``train.conll``/``valid.conll``."""
+    from roberta_ext.tokenizers import train_sentencepiece, train_wordpiece_vocab, write_vocab
+
+    docs = [doc for doc in docstring_documents() if len(doc) >= 2]
+    for split, chosen in (("train", docs[:600]), ("valid", docs[600:660])):
+        write_lines(folder / f"{split}.txt", [line for doc in chosen for line in (*doc, "")])
+    text = [line for doc in docs[:600] for line in doc]
+    write_vocab(train_wordpiece_vocab(text, vocab_size=30522), folder / "vocab.txt")
+    train_sentencepiece(text, folder / "spiece", vocab_size=30000, hard_vocab_limit=False)
+    lines = sentences(350)
+    for split, rows in (("train", lines[:300]), ("valid", lines[300:])):
+        write_lines(folder / f"{split}.conll", [line for s in rows for line in (*tagged(s.split()), "")])
+
+
+def qa_data(folder: Path) -> None:
+    """docs/electra-spanbert-qa.md: ``qa-data/`` with the pretrained model's ``dict.txt``, the
+    BPE files and made-up SQuAD-like ``train.json``/``valid.json``."""
+    from tests.test_qa import make_qa_records
+
+    qa = folder / "qa-data"
+    qa.mkdir()
+    shutil.copy(folder / "data-bin" / "dict.txt", qa)
+    for name in ("encoder.json", "vocab.bpe"):
+        shutil.copy(folder / "gpt2_bpe" / name, qa)
+    (qa / "train.json").write_text(json.dumps(make_qa_records(random.Random(0), 400)), encoding="utf-8")
+    (qa / "valid.json").write_text(json.dumps(make_qa_records(random.Random(1), 50)), encoding="utf-8")
+
+
+READER_BRINGS: dict[str, Callable[[Path], None]] = {
+    "pretraining.md": raw_corpus,
+    "tokenizers.md": raw_corpus,
+    "fine-tuning.md": classification_data,
+    "bert-albert.md": bert_albert_inputs,
+    "electra-spanbert-qa.md": qa_data,
+}
+
+# What a page takes from docs/pretraining.md's run, as the page says it does.
+FROM_PRETRAINING: dict[str, tuple[str, ...]] = {
+    "fine-tuning.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
+    "bert-albert.md": ("gpt2_bpe",),
+    "electra-spanbert-qa.md": ("gpt2_bpe", "data-bin"),
+}
+
+# Files a page says its commands write, with a text each must hold ("": it exists).
+PROMISES: dict[str, list[tuple[str, str]]] = {
+    "pretraining.md": [
+        *((f"gpt2_bpe/{name}", "") for name in ("encoder.json", "vocab.bpe", "dict.txt")),
+        *((f"data-bin/{name}", "") for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx",
+                                                 "encoder.json", "vocab.bpe")),
+        ("checkpoints/checkpoint_best.pt", ""), ("checkpoints/checkpoint_last.pt", ""),
+        ("train.rank0.log", "distributed init (rank 0)"), ("train.rank1.log", "distributed init (rank 1)"),
+        ("train.rank0.log", "done training"), ("checkpoints-2ranks/checkpoint_last.pt", ""),
+        *((f"my_model/{name}", "") for name in ("model.pt", "dict.txt", "encoder.json", "vocab.bpe")),
+    ],
+    "tokenizers.md": [(f"gpt2_bpe/{name}", "") for name in ("encoder.json", "vocab.bpe", "dict.txt")],
+    "fine-tuning.md": [
+        *((f"cls-bin/{column}/{name}", "") for column in ("input0", "label")
+          for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")),
+        ("checkpoints-cls/checkpoint_best.pt", ""), ("reg-bin/label/train.label", ""),
+        ("reg-bin/label/valid.label", ""),
+        *((f"my_classifier/{name}", "") for name in ("model.pt", "input0/dict.txt", "label/dict.txt",
+                                                      "encoder.json", "vocab.bpe")),
+    ],
+    "bert-albert.md": [
+        ("bert-bin/dict.txt", ""), ("albert-bin/dict.txt", ""),
+        *((f"{data}/{column}/{name}", "") for data in ("ner-bin", "ner-bin-albert", "ner-bin-roberta")
+          for column in ("input0", "label") for name in ("dict.txt", "train.bin", "valid.bin")),
+        ("ner-bin/text/train.input0", ""), ("ner-bin/text/train.label", ""), ("ner-bin/text/label.dict.txt", ""),
+        ("checkpoints/ner/checkpoint_best.pt", ""),
+    ],
+    "electra-spanbert-qa.md": [(f"checkpoints/{name}/checkpoint_best.pt", "")
+                               for name in ("electra", "electra-qa", "spanbert", "qa")],
+}
+
+
+# ------------------------------------------------------------------ running a page
+
+PAGES = sorted(path.name for path in DOCS.glob("*.md") if shell_blocks(path.name))
+RUN_PAGES = [page for page in PAGES
+             if any(not_run_reason(b) is None or stand_in_for(b) for b in shell_blocks(page))]
+needs_fairseq = pytest.mark.skipif(importlib.util.find_spec("fairseq") is None,
+                                   reason="fairseq is not installed: the pages' commands use fairseq-train")
+
+
+def reader_env() -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    env.update(REPO=str(REPO), PATH=f"{BIN}{os.pathsep}{env['PATH']}", ROBERTA_EXT_OFFLINE="1",
+               OMP_NUM_THREADS="1")  # tiny models: one thread each is as fast, and two ranks share 2 cores
+    return env
+
+
+def run_block(block: Block, script: str, folder: Path, env: dict[str, str]) -> None:
+    """Run ``script`` (the block, or its stand-in) in ``folder``; fail with its output if it
+    fails, or if a ``fairseq-train`` it ran in the foreground did not log ``done training``."""
+    begun = time.monotonic()
+    with subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=folder, env=env, text=True,
+                          errors="replace", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          start_new_session=True) as process:
+        try:
+            output, _ = process.communicate(timeout=BLOCK_TIMEOUT_S)
+            status = f"exited {process.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the block's own processes: background ranks too
+            output, _ = process.communicate()
+            status = f"ran past {BLOCK_TIMEOUT_S} s"
+    print(f"{block.where}: {time.monotonic() - begun:.1f} s")  # shown by pytest -s
+    if process.returncode != 0:
+        pytest.fail(f"the block at docs/{block.where} {status}; it ran:\n{script}\n"
+                    f"last lines of its output:\n{output[-6000:]}", pytrace=False)
+    if re.search(r"^fairseq-train ", script, re.M):
+        assert "done training" in output, f"docs/{block.where}: no 'done training':\n{output[-6000:]}"
+
+
+def run_page(page: str, folder: Path) -> Path:
+    """Write what the reader brings into ``folder``, then run the page's blocks there in order."""
+    if page in READER_BRINGS:
+        READER_BRINGS[page](folder)
+    env = reader_env()
+    values = placeholders()
+    for block in shell_blocks(page):
+        stand_in = stand_in_for(block)
+        if not_run_reason(block) is None:
+            script = block.text
+        elif stand_in is not None:
+            script = stand_in.script(block)
+        else:
+            continue
+        for placeholder, value in values.items():
+            script = script.replace(placeholder, value)
+        run_block(block, script, folder, env)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pretraining_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """docs/pretraining.md, run once: what the pages that continue from it start with."""
+    return run_page("pretraining.md", tmp_path_factory.mktemp("pretraining"))
+
+
+# ------------------------------------------------------------------ the tests
+
+
+def test_every_shell_block_is_run_or_says_why_not():
+    """A block is run unless its first line is ``# not run: <reason>``; a note anywhere else (the
+    old ``# on GPUs; not run for this page`` in the middle of a block) would hide commands."""
+    assert {"pretraining.md", "fine-tuning.md", "bert-albert.md", "electra-spanbert-qa.md", "tokenizers.md",
+            "getting-started.md", "benchmarks.md"} <= set(PAGES)
+    for page in PAGES:
+        for block in shell_blocks(page):
+            rest = block.text.split("\n", 1)[1] if not_run_reason(block) else block.text
+            assert not re.search(r"not run", rest, re.I), (f"docs/{block.where}: a block that is not run "
+                                                           "says so in its first line, '# not run: <reason>'")
+
+
+def test_stand_ins_placeholders_and_inputs_name_what_the_pages_hold():
+    """When a page changes, the test's stand-ins, placeholders and inputs must follow: each stand-in
+    replaces exactly one block, a skipped one, and each placeholder is still on a page."""
+    for stand_in in STAND_INS:
+        blocks = [b for b in shell_blocks(stand_in.page) if stand_in.key in b.text]
+        assert len(blocks) == 1, f"stand-in {stand_in.key!r}: {len(blocks)} blocks of {stand_in.page} hold it"
+        assert not_run_reason(blocks[0]), f"docs/{blocks[0].where} is run as written: it needs no stand-in"
+    texts = [b.text for page in PAGES for b in shell_blocks(page)]
+    for placeholder in placeholders():
+        assert any(placeholder in text for text in texts), f"no block holds the placeholder {placeholder!r}"
+    assert set(READER_BRINGS) | set(FROM_PRETRAINING) | set(PROMISES) <= set(RUN_PAGES)
+
+
+@needs_fairseq
+@pytest.mark.parametrize("page", RUN_PAGES)
+def test_page_commands_run(page: str, request: pytest.FixtureRequest, tmp_path: Path):
+    """The page's blocks (a skipped one's stand-in in its place) run in order as a reader would,
+    from the files a reader brings, and write the files the page says they write."""
+    if page == "pretraining.md":
+        folder = request.getfixturevalue("pretraining_folder")
+    else:
+        folder = tmp_path / "reader"
+        folder.mkdir()
+        if page in FROM_PRETRAINING:
+            pretraining = request.getfixturevalue("pretraining_folder")
+            for name in FROM_PRETRAINING[page]:
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                copy = shutil.copytree if (pretraining / name).is_dir() else shutil.copy
+                copy(pretraining / name, folder / name)
+        run_page(page, folder)
+    for name, text in PROMISES.get(page, []):
+        path = folder / name
+        assert path.is_file(), f"docs/{page}: {name} was not written"
+        assert not text or text in path.read_text(encoding="utf-8"), f"docs/{page}: {name} lacks {text!r}"
