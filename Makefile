@@ -1,14 +1,21 @@
 # The two commands of the README, and helpers. Each target sets up .venv itself.
-.PHONY: quickstart test docs venv
+.PHONY: quickstart test lint docs venv
 
 quickstart:      ## pretrain + fine-tune a small RoBERTa with fairseq-train --user-dir, then use it via torch.hub
 	scripts/bootstrap.sh full
 	.venv/bin/python -m roberta_ext quickstart
 
-test:            ## the whole test suite (installs fairseq, the peers and test tools first)
+test:            ## lint, types, the whole test suite and the docs build (installs fairseq, the peers and tools first)
 	scripts/bootstrap.sh full
-	.venv/bin/python -m pytest -q tests
+	$(MAKE) --no-print-directory lint
+	ROBERTA_EXT_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q tests  # a missing peer fails (tests/peers.py)
 	.venv/bin/python -m mkdocs build --strict --quiet --site-dir build/site
+
+lint:            ## ruff (lint and format) and mypy, as configured in pyproject.toml
+	scripts/bootstrap.sh full
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 docs:
 	scripts/bootstrap.sh full

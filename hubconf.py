@@ -1,19 +1,22 @@
 """torch.hub entry points for roberta_ext.
 
 >>> import torch
->>> roberta = torch.hub.load("path/to/roberta_ext", "roberta", "/path/to/roberta.large", source="local")  # doctest: +SKIP
+>>> roberta = torch.hub.load(  # doctest: +SKIP
+...     "path/to/roberta_ext", "roberta", "/path/to/roberta.large", source="local")
 
 The names with dots (``roberta.base``, ...) are not Python identifiers, so torch.hub reaches
 them through ``getattr``: ``torch.hub.load(repo, "roberta.large", source="local")`` works.
 """
 
 from roberta_ext.hub import RobertaHubInterface
-from roberta_ext.hub import from_pretrained as _from_pretrained
+from roberta_ext.loading import from_pretrained as _from_pretrained
 
 dependencies = ["torch", "regex", "requests", "tqdm"]
 
 
-def roberta(model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", bpe=None, **kwargs) -> RobertaHubInterface:
+def roberta(
+    model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", bpe=None, **kwargs
+) -> RobertaHubInterface:
     """A RoBERTa-family model from a local folder (``model.pt`` + ``dict.txt``), an archive, a URL
     or a known name (roberta.base, roberta.large, roberta.large.mnli), with fairseq's hub methods:
     encode, decode, extract_features (return_all_hiddens), predict,

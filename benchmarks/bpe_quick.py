@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from roberta_ext.tokenizers import GPT2BPE, FairseqGPT2Tokenizer, ReferenceGPT2BPE  # noqa: E402
-from tests.bpe_fixtures import UNICODE_SAMPLES  # noqa: E402
+from roberta_ext.tokenizers import GPT2BPE, FairseqGPT2Tokenizer, ReferenceGPT2BPE
+from tests.bpe_fixtures import UNICODE_SAMPLES
 
 
 def _stdlib_text(names: list[str]) -> str:
@@ -58,8 +58,19 @@ def _rate(encode: Callable[[str], object], lines: list[str], megabytes: float) -
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         encoder_json, vocab_bpe, dict_txt = _train(Path(tmp))
-        text = _stdlib_text(["typing.py", "pydoc.py", "tarfile.py", "unittest/case.py", "_pydecimal.py",
-                             "turtle.py", "logging/__init__.py", "subprocess.py", "shutil.py"])
+        text = _stdlib_text(
+            [
+                "typing.py",
+                "pydoc.py",
+                "tarfile.py",
+                "unittest/case.py",
+                "_pydecimal.py",
+                "turtle.py",
+                "logging/__init__.py",
+                "subprocess.py",
+                "shutil.py",
+            ]
+        )
         text += "\n".join(UNICODE_SAMPLES) * 100
         lines = text.splitlines(keepends=True)
         megabytes = len(text.encode("utf-8")) / 1e6
@@ -76,7 +87,8 @@ def main() -> None:
         print(f"ReferenceGPT2BPE.encode (no cache)  {cold:6.2f} MB/s (on a tenth of the text)")
         try:
             from fairseq.data import Dictionary as FairseqDictionary
-            from fairseq.data.encoders.gpt2_bpe import GPT2BPE as FairseqGPT2BPE, GPT2BPEConfig
+            from fairseq.data.encoders.gpt2_bpe import GPT2BPE as FairseqGPT2BPE
+            from fairseq.data.encoders.gpt2_bpe import GPT2BPEConfig
         except ImportError:
             print("fairseq not installed: no comparison")
             return

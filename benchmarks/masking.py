@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from roberta_ext.data.masking import BatchMasker, MaskingConfig  # noqa: E402
+from roberta_ext.data.masking import BatchMasker, MaskingConfig
 
 BATCH, LENGTH, VOCAB = 16, 512, 50265
 BOS, PAD, EOS, UNK, MASK = 0, 1, 2, 3, VOCAB - 1
@@ -68,7 +68,7 @@ def main() -> None:
         row = []
         for threads in (1, default_threads):
             torch.set_num_threads(threads)
-            ms = _time_ms(lambda: masker(tokens, indices, next(epoch)))
+            ms = _time_ms(lambda masker=masker, epoch=epoch: masker(tokens, indices, next(epoch)))
             row.append(f"{ms:6.2f} ms ({threads} thread{'s' * (threads > 1)})")
         torch.set_num_threads(default_threads)
         print(f"  {name:22s} " + "   ".join(row))

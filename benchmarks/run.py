@@ -42,30 +42,30 @@ import os
 os.environ["RAYON_RS_NUM_CPUS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-import argparse  # noqa: E402
-import copy  # noqa: E402
-import datetime  # noqa: E402
-import itertools  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import platform  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import sysconfig  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from collections.abc import Callable, Mapping, Sequence  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-from functools import cached_property, partial  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import copy
+import datetime
+import itertools
+import json
+import logging
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cached_property, partial
+from pathlib import Path
+from typing import Any
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
 # Only the standard library and torch are imported at the top: the loading section starts fresh
 # processes through this module, and their baseline memory must be that of torch alone.
@@ -105,20 +105,66 @@ class Scale:
         return self.device == "cuda"
 
 
-FULL = Scale(repeats=5, matmul_sizes=(1024, 2048), text_bytes=1_000_000, batch_lines=32, feature_layers=12,
-             train_shape=(4, 256), train_updates=30, train_log_interval=5, train_runs=4, load_layers=24,
-             load_repeats=2)
-QUICK = Scale(repeats=2, matmul_sizes=(1024,), text_bytes=100_000, batch_lines=32, feature_layers=2,
-              train_shape=(2, 128), train_updates=12, train_log_interval=4, train_runs=1, load_layers=2,
-              load_repeats=1)
-GPU_FULL = Scale(repeats=20, matmul_sizes=(4096, 8192), text_bytes=1_000_000, batch_lines=32, feature_layers=12,
-                 train_shape=(12, 768), train_updates=60, train_log_interval=10, train_runs=2, load_layers=24,
-                 load_repeats=2, device="cuda", feature_shapes=((8, 128), (64, 512)), train_batch=(32, 512),
-                 train_precision=("--fp16",))
-GPU_QUICK = Scale(repeats=3, matmul_sizes=(4096,), text_bytes=100_000, batch_lines=32, feature_layers=2,
-                  train_shape=(2, 256), train_updates=20, train_log_interval=5, train_runs=1, load_layers=2,
-                  load_repeats=1, device="cuda", feature_shapes=((8, 128), (64, 512)), train_batch=(16, 256),
-                  train_precision=("--fp16",))
+FULL = Scale(
+    repeats=5,
+    matmul_sizes=(1024, 2048),
+    text_bytes=1_000_000,
+    batch_lines=32,
+    feature_layers=12,
+    train_shape=(4, 256),
+    train_updates=30,
+    train_log_interval=5,
+    train_runs=4,
+    load_layers=24,
+    load_repeats=2,
+)
+QUICK = Scale(
+    repeats=2,
+    matmul_sizes=(1024,),
+    text_bytes=100_000,
+    batch_lines=32,
+    feature_layers=2,
+    train_shape=(2, 128),
+    train_updates=12,
+    train_log_interval=4,
+    train_runs=1,
+    load_layers=2,
+    load_repeats=1,
+)
+GPU_FULL = Scale(
+    repeats=20,
+    matmul_sizes=(4096, 8192),
+    text_bytes=1_000_000,
+    batch_lines=32,
+    feature_layers=12,
+    train_shape=(12, 768),
+    train_updates=60,
+    train_log_interval=10,
+    train_runs=2,
+    load_layers=24,
+    load_repeats=2,
+    device="cuda",
+    feature_shapes=((8, 128), (64, 512)),
+    train_batch=(32, 512),
+    train_precision=("--fp16",),
+)
+GPU_QUICK = Scale(
+    repeats=3,
+    matmul_sizes=(4096,),
+    text_bytes=100_000,
+    batch_lines=32,
+    feature_layers=2,
+    train_shape=(2, 256),
+    train_updates=20,
+    train_log_interval=5,
+    train_runs=1,
+    load_layers=2,
+    load_repeats=1,
+    device="cuda",
+    feature_shapes=((8, 128), (64, 512)),
+    train_batch=(16, 256),
+    train_precision=("--fp16",),
+)
 
 
 # ------------------------------------------------------------------------------ results
@@ -180,8 +226,9 @@ def rates(megabytes: float, timings: Mapping[str, float]) -> dict[str, float]:
     return {name: megabytes / seconds for name, seconds in timings.items()}
 
 
-def versus(label: str, timings: Mapping[str, float], peer: str, show: Callable[[float], str], *,
-           bold: bool = True) -> str:
+def versus(
+    label: str, timings: Mapping[str, float], peer: str, show: Callable[[float], str], *, bold: bool = True
+) -> str:
     """A peer's cell: ``label figure: ratio``, the ratio being the peer's time over ours."""
     mark = "**" if bold else ""
     return f"{label} {show(timings[peer])}: {mark}{ratio(timings[peer], timings['ours'])}{mark}"
@@ -197,8 +244,12 @@ def cpu_snapshot() -> tuple[float, float, float, float]:
     user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
     own = os.times()
     tick = os.sysconf("SC_CLK_TCK")
-    return (time.monotonic(), (user + nice + system + irq + softirq) / tick,
-            own.user + own.system + own.children_user + own.children_system, steal / tick)
+    return (
+        time.monotonic(),
+        (user + nice + system + irq + softirq) / tick,
+        own.user + own.system + own.children_user + own.children_system,
+        steal / tick,
+    )
 
 
 def contention(start: tuple[float, ...], end: tuple[float, ...]) -> dict[str, float]:
@@ -263,8 +314,12 @@ class Workspace:
         budget = self.scale.text_bytes
         lines: list[str] = []
         stdlib = Path(sysconfig.get_paths()["stdlib"])
-        code = (line for path in sorted(stdlib.glob("*/*.py"))
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip())
+        code = (
+            line
+            for path in sorted(stdlib.glob("*/*.py"))
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+            if line.strip()
+        )
         for line in itertools.chain((doc for doc, _ in stdlib_docstrings()), code):
             if budget <= 0:
                 break
@@ -305,8 +360,14 @@ def fairseq_hub(data_dir: Path, model_args: Sequence[str], vocabulary: Vocabular
 
     argv = [str(data_dir), "--task", "masked_lm", "--max-positions", "512", "--tokens-per-sample", "512", *model_args]
     if vocabulary is not None:
-        argv += ["--bpe", "gpt2", "--gpt2-encoder-json", str(vocabulary.encoder_json),
-                 "--gpt2-vocab-bpe", str(vocabulary.vocab_bpe)]
+        argv += [
+            "--bpe",
+            "gpt2",
+            "--gpt2-encoder-json",
+            str(vocabulary.encoder_json),
+            "--gpt2-vocab-bpe",
+            str(vocabulary.vocab_bpe),
+        ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
@@ -316,8 +377,16 @@ def fairseq_hub(data_dir: Path, model_args: Sequence[str], vocabulary: Vocabular
 
 def encoder_args(layers: int, width: int) -> list[str]:
     """fairseq's model options for a post-LN encoder of this shape (FFN 4x, 64-wide heads)."""
-    return ["--encoder-layers", str(layers), "--encoder-embed-dim", str(width),
-            "--encoder-ffn-embed-dim", str(4 * width), "--encoder-attention-heads", str(max(1, width // 64))]
+    return [
+        "--encoder-layers",
+        str(layers),
+        "--encoder-embed-dim",
+        str(width),
+        "--encoder-ffn-embed-dim",
+        str(4 * width),
+        "--encoder-attention-heads",
+        str(max(1, width // 64)),
+    ]
 
 
 # -------------------------------------------------------------------------------- machine
@@ -333,9 +402,13 @@ def matmul(n: int, dtype: torch.dtype, device: str = "cpu") -> tuple[Callable[[]
 def gpu_description() -> dict[str, Any]:
     """The GPU, as torch sees it."""
     props = torch.cuda.get_device_properties(0)
-    return {"gpu": props.name, "gpu_memory_gib": props.total_memory / 2**30,
-            "multiprocessors": props.multi_processor_count, "cuda": torch.version.cuda,
-            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+    return {
+        "gpu": props.name,
+        "gpu_memory_gib": props.total_memory / 2**30,
+        "multiprocessors": props.multi_processor_count,
+        "cuda": torch.version.cuda,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+    }
 
 
 def bench_machine(scale: Scale, _: Workspace) -> Section:
@@ -368,12 +441,20 @@ def bench_machine(scale: Scale, _: Workspace) -> Section:
     n = max(scale.matmul_sizes)
     flag_text = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in data["flags"].items())
     rows = [
-        Row("CPU", f"{data['cpu']}, {data['logical_cpus']} logical CPUs, torch {data['torch']} "
-                   f"with {data['torch_threads']} threads ({data['cpu_capability']}); {flag_text}"),
+        Row(
+            "CPU",
+            f"{data['cpu']}, {data['logical_cpus']} logical CPUs, torch {data['torch']} "
+            f"with {data['torch_threads']} threads ({data['cpu_capability']}); {flag_text}",
+        ),
     ]
     if scale.cuda:
-        rows.append(Row("GPU", f"{data['gpu']}, {data['gpu_memory_gib']:.0f} GiB, {data['multiprocessors']} SMs, "
-                               f"CUDA {data['cuda']}; fp32 matmuls {'with' if data['tf32_matmul'] else 'without'} TF32"))
+        rows.append(
+            Row(
+                "GPU",
+                f"{data['gpu']}, {data['gpu_memory_gib']:.0f} GiB, {data['multiprocessors']} SMs, "
+                f"CUDA {data['cuda']}; fp32 matmuls {'with' if data['tf32_matmul'] else 'without'} TF32",
+            )
+        )
     rows += [
         Row(f"fp32 matmul {n}^3", f"{data['matmul_gflops'][f'float32_{n}']:.0f} GFLOP/s"),
         Row(f"bf16 matmul {n}^3", f"{data['matmul_gflops'][f'bfloat16_{n}']:.0f} GFLOP/s"),
@@ -410,7 +491,7 @@ def tokenize_with_hubs(scale: Scale, ws: Workspace) -> Section:
     save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("tiny", vocab_size=vocab_size)), model_dir / "model.pt")
     ours = roberta_ext.from_pretrained(model_dir)
     theirs = fairseq_hub(vocab.folder, ["--arch", "roberta_base", *encoder_args(1, 64)], vocab)
-    batches = [lines[i:i + scale.batch_lines] for i in range(0, len(lines), scale.batch_lines)]
+    batches = [lines[i : i + scale.batch_lines] for i in range(0, len(lines), scale.batch_lines)]
     shown = partial(mb_per_s, megabytes)
 
     def fairseq_batch(batch: list[str]) -> torch.Tensor:
@@ -419,28 +500,49 @@ def tokenize_with_hubs(scale: Scale, ws: Workspace) -> Section:
 
     identical = all(torch.equal(ours.encode(line), theirs.encode(line)) for line in lines)
     batch_identical = all(torch.equal(ours.encode_batch(b)[0], fairseq_batch(b)) for b in batches)
-    per_line = alternate({"ours": lambda: [ours.encode(line) for line in lines],
-                          "fairseq": lambda: [theirs.encode(line) for line in lines]}, scale.repeats)
+    per_line = alternate(
+        {
+            "ours": lambda: [ours.encode(line) for line in lines],
+            "fairseq": lambda: [theirs.encode(line) for line in lines],
+        },
+        scale.repeats,
+    )
     progress("encode: " + ", ".join(f"{k} {shown(v)}" for k, v in per_line.items()))
-    batched = alternate({"ours": lambda: [ours.encode_batch(b) for b in batches],
-                         "fairseq": lambda: [fairseq_batch(b) for b in batches]}, scale.repeats)
+    batched = alternate(
+        {
+            "ours": lambda: [ours.encode_batch(b) for b in batches],
+            "fairseq": lambda: [fairseq_batch(b) for b in batches],
+        },
+        scale.repeats,
+    )
     progress("batch encode: " + ", ".join(f"{k} {shown(v)}" for k, v in batched.items()))
 
     def same(equal: bool) -> str:
         return ", ids identical" if equal else ", IDS DIFFER"
 
     rows = [
-        Row("`encode`: text -> tensor of fairseq ids, per line", shown(per_line["ours"]) + same(identical),
+        Row(
+            "`encode`: text -> tensor of fairseq ids, per line",
+            shown(per_line["ours"]) + same(identical),
             versus("fairseq hub", per_line, "fairseq", shown),
-            ">= 3x fairseq, ids identical", per_line["fairseq"] / per_line["ours"] >= 3 and identical),
-        Row(f"batch encode: {scale.batch_lines} lines -> padded tensor",
+            ">= 3x fairseq, ids identical",
+            per_line["fairseq"] / per_line["ours"] >= 3 and identical,
+        ),
+        Row(
+            f"batch encode: {scale.batch_lines} lines -> padded tensor",
             shown(batched["ours"]) + same(batch_identical),
             versus("fairseq encode + collate_tokens", batched, "fairseq", shown),
-            ">= 5x fairseq", batched["fairseq"] / batched["ours"] >= 5 and batch_identical),
+            ">= 5x fairseq",
+            batched["fairseq"] / batched["ours"] >= 5 and batch_identical,
+        ),
     ]
-    data = {"batch_lines": scale.batch_lines, "encode_mb_s": rates(megabytes, per_line),
-            "encode_ids_identical": identical, "batch_encode_mb_s": rates(megabytes, batched),
-            "batch_ids_identical": batch_identical}
+    data = {
+        "batch_lines": scale.batch_lines,
+        "encode_mb_s": rates(megabytes, per_line),
+        "encode_ids_identical": identical,
+        "batch_encode_mb_s": rates(megabytes, batched),
+        "batch_ids_identical": batch_identical,
+    }
     return Section(rows, data)
 
 
@@ -459,8 +561,12 @@ def tokenize_raw_bpe(scale: Scale, ws: Workspace) -> Section:
     bpe = GPT2BPE.from_files(vocab.encoder_json, vocab.vocab_bpe)
     byte_of = {symbol: byte for byte, symbol in bytes_to_unicode().items()}
     encoder = json.loads(vocab.encoder_json.read_text(encoding="utf-8"))
-    tik = tiktoken.Encoding("roberta_ext_bench", pat_str=GPT2_SPLIT_PATTERN, special_tokens={},
-                            mergeable_ranks={bytes(byte_of[c] for c in token): i for token, i in encoder.items()})
+    tik = tiktoken.Encoding(
+        "roberta_ext_bench",
+        pat_str=GPT2_SPLIT_PATTERN,
+        special_tokens={},
+        mergeable_ranks={bytes(byte_of[c] for c in token): i for token, i in encoder.items()},
+    )
     hf = ByteLevelBPETokenizer(str(vocab.encoder_json), str(vocab.vocab_bpe), add_prefix_space=False)
     encoders: dict[str, Callable[[], list[list[int]]]] = {
         "ours": lambda: [bpe.encode(line) for line in lines],
@@ -469,23 +575,35 @@ def tokenize_raw_bpe(scale: Scale, ws: Workspace) -> Section:
         "hf_tokenizers": lambda: [e.ids for e in hf.encode_batch(lines, add_special_tokens=False)],
     }
     ids = {name: encode() for name, encode in encoders.items()}
-    differing = {name: [i for i, (a, b) in enumerate(zip(ids["ours"], ids[name])) if a != b]
-                 for name in ("tiktoken", "hf_tokenizers")}
+    differing = {
+        name: [i for i, (a, b) in enumerate(zip(ids["ours"], ids[name])) if a != b]
+        for name in ("tiktoken", "hf_tokenizers")
+    }
     timings = alternate(encoders, scale.repeats)
     shown = partial(mb_per_s, megabytes)
     progress("raw BPE: " + ", ".join(f"{k} {shown(v)}" for k, v in timings.items()))
     rows = [
-        Row("raw BPE: text -> GPT-2 ids, 1 thread", shown(timings["ours"]),
+        Row(
+            "raw BPE: text -> GPT-2 ids, 1 thread",
+            shown(timings["ours"]),
             f"{versus('tiktoken', timings, 'tiktoken', shown)}; "
             f"{versus('HF tokenizers', timings, 'hf_tokenizers', shown, bold=False)}",
-            ">= 0.9x tiktoken", timings["tiktoken"] / timings["ours"] >= 0.9),
-        Row("lines whose ids differ from ours", "-",
-            "; ".join(f"{name} {len(d)} of {len(lines)} ({100 * len(d) / len(lines):.2f}%)"
-                      for name, d in differing.items())),
+            ">= 0.9x tiktoken",
+            timings["tiktoken"] / timings["ours"] >= 0.9,
+        ),
+        Row(
+            "lines whose ids differ from ours",
+            "-",
+            "; ".join(
+                f"{name} {len(d)} of {len(lines)} ({100 * len(d) / len(lines):.2f}%)" for name, d in differing.items()
+            ),
+        ),
     ]
-    data = {"raw_bpe_mb_s": rates(megabytes, timings),
-            "raw_bpe_lines_differing": {name: len(d) for name, d in differing.items()},
-            "raw_bpe_first_differing_line": {name: lines[d[0]][:200] if d else None for name, d in differing.items()}}
+    data = {
+        "raw_bpe_mb_s": rates(megabytes, timings),
+        "raw_bpe_lines_differing": {name: len(d) for name, d in differing.items()},
+        "raw_bpe_first_differing_line": {name: lines[d[0]][:200] if d else None for name, d in differing.items()},
+    }
     return Section(rows, data)
 
 
@@ -493,13 +611,20 @@ def tokenize_raw_bpe(scale: Scale, ws: Workspace) -> Section:
 
 # Our (= fairseq's) module names -> transformers' RobertaModel names, for the embeddings and for
 # each layer. The LM head and fairseq's format version have no counterpart there and stay out.
-HF_EMBEDDING_NAMES = {"embed_tokens": "word_embeddings", "embed_positions": "position_embeddings",
-                      "layernorm_embedding": "LayerNorm"}
+HF_EMBEDDING_NAMES = {
+    "embed_tokens": "word_embeddings",
+    "embed_positions": "position_embeddings",
+    "layernorm_embedding": "LayerNorm",
+}
 HF_LAYER_NAMES = {
-    "self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "attention.self.key",
-    "self_attn.v_proj": "attention.self.value", "self_attn.out_proj": "attention.output.dense",
-    "self_attn_layer_norm": "attention.output.LayerNorm", "fc1": "intermediate.dense",
-    "fc2": "output.dense", "final_layer_norm": "output.LayerNorm",
+    "self_attn.q_proj": "attention.self.query",
+    "self_attn.k_proj": "attention.self.key",
+    "self_attn.v_proj": "attention.self.value",
+    "self_attn.out_proj": "attention.output.dense",
+    "self_attn_layer_norm": "attention.output.LayerNorm",
+    "fc1": "intermediate.dense",
+    "fc2": "output.dense",
+    "final_layer_norm": "output.LayerNorm",
 }
 
 
@@ -522,11 +647,22 @@ def transformers_roberta(state_dict: Mapping[str, torch.Tensor], layers: int) ->
     """transformers' ``RobertaModel`` (SDPA attention, no pooler) holding a base-width fairseq
     state dict, loaded strictly. ``token_type_embeddings`` is a single zero row (RoBERTa has
     no segments)."""
-    from transformers import RobertaConfig, RobertaModel as HFRobertaModel
+    from transformers import RobertaConfig
+    from transformers import RobertaModel as HFRobertaModel
 
-    config = RobertaConfig(vocab_size=BASE_VOCAB, hidden_size=768, num_hidden_layers=layers, num_attention_heads=12,
-                           intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1, pad_token_id=PAD,
-                           layer_norm_eps=1e-5, hidden_act="gelu", attn_implementation="sdpa")
+    config = RobertaConfig(
+        vocab_size=BASE_VOCAB,
+        hidden_size=768,
+        num_hidden_layers=layers,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=PAD,
+        layer_norm_eps=1e-5,
+        hidden_act="gelu",
+        attn_implementation="sdpa",
+    )
     converted = {name: tensor for key, tensor in state_dict.items() if (name := transformers_key(key))}
     converted["embeddings.token_type_embeddings.weight"] = torch.zeros(1, 768)
     model = HFRobertaModel(config, add_pooling_layer=False)
@@ -559,10 +695,14 @@ def bench_features(scale: Scale, ws: Workspace) -> Section:
     batches: dict[str, tuple[str, torch.Tensor]] = {}  # "8x128/full" -> (label, tokens)
     for batch, length in scale.feature_shapes:
         padded_lengths = [length * (i + 1) // batch for i in range(batch)]
-        batches[f"{batch}x{length}/full"] = (f"full batch {batch} x {length}",
-                                             random_batch([length] * batch, generator).to(scale.device))
-        batches[f"{batch}x{length}/padded"] = (f"padded batch ({batch} rows, lengths {padded_lengths[0]}..{length})",
-                                               random_batch(padded_lengths, generator).to(scale.device))
+        batches[f"{batch}x{length}/full"] = (
+            f"full batch {batch} x {length}",
+            random_batch([length] * batch, generator).to(scale.device),
+        )
+        batches[f"{batch}x{length}/padded"] = (
+            f"padded batch ({batch} rows, lengths {padded_lengths[0]}..{length})",
+            random_batch(padded_lengths, generator).to(scale.device),
+        )
     runs = {key: features_on(label, tokens, contenders, scale) for key, (label, tokens) in batches.items()}
 
     def peers(timings: Mapping[str, float]) -> str:
@@ -573,17 +713,27 @@ def bench_features(scale: Scale, ws: Workspace) -> Section:
         full, padded = runs[f"{batch}x{length}/full"], runs[f"{batch}x{length}/padded"]
         full_s, padded_s = full["seconds"], padded["seconds"]
         rows += [
-            Row(f"`extract_features` fp32, {batches[f'{batch}x{length}/full'][0]}", ms(full_s["ours"]), peers(full_s),
+            Row(
+                f"`extract_features` fp32, {batches[f'{batch}x{length}/full'][0]}",
+                ms(full_s["ours"]),
+                peers(full_s),
                 ">= 1.0x fairseq and transformers" if targets else "",
-                min(full_s["fairseq"], full_s["transformers"]) >= full_s["ours"] if targets else None),
-            Row(f"achieved GFLOP/s, full batch {batch} x {length}",
+                min(full_s["fairseq"], full_s["transformers"]) >= full_s["ours"] if targets else None,
+            ),
+            Row(
+                f"achieved GFLOP/s, full batch {batch} x {length}",
                 f"{full['ours_gflops']:.0f} GFLOP/s = {100 * full['ours_fraction_of_fp32_matmul']:.0f}% of fp32 matmul "
                 f"({full['fp32_matmul_gflops']:.0f} GFLOP/s, timed in the same rounds)",
                 target=">= 85% of fp32 matmul" if targets else "",
-                met=full["ours_fraction_of_fp32_matmul"] >= 0.85 if targets else None),
-            Row(f"`extract_features` fp32, {batches[f'{batch}x{length}/padded'][0]}",
-                f"{ms(padded_s['ours'])} ({padded['ours_gflops']:.0f} GFLOP/s on real tokens)", peers(padded_s),
-                ">= 1.5x fairseq" if targets else "", padded_s["fairseq"] / padded_s["ours"] >= 1.5 if targets else None),
+                met=full["ours_fraction_of_fp32_matmul"] >= 0.85 if targets else None,
+            ),
+            Row(
+                f"`extract_features` fp32, {batches[f'{batch}x{length}/padded'][0]}",
+                f"{ms(padded_s['ours'])} ({padded['ours_gflops']:.0f} GFLOP/s on real tokens)",
+                peers(padded_s),
+                ">= 1.5x fairseq" if targets else "",
+                padded_s["fairseq"] / padded_s["ours"] >= 1.5 if targets else None,
+            ),
         ]
     data: dict[str, Any] = {"layers": scale.feature_layers, "device": scale.device, "fp32": runs}
     if not scale.cuda:
@@ -601,10 +751,15 @@ def bench_features(scale: Scale, ws: Workspace) -> Section:
     for key, (label, tokens) in batches.items():
         run = data["bf16"][key] = features_on(label, tokens, contenders, scale, reference=references.pop(key))
         speedup = runs[key]["seconds"]["ours"] / run["seconds"]["ours"]
-        rows.append(Row(f"`extract_features` bf16, {label}",
-                        f"{ms(run['seconds']['ours'])} ({speedup:.2f}x our fp32, "
-                        f"{100 * run['ours_fraction_of_bf16_matmul']:.0f}% of bf16 matmul); "
-                        f"min cosine to fp32 {run['cosine_min']:.4f}", peers(run["seconds"])))
+        rows.append(
+            Row(
+                f"`extract_features` bf16, {label}",
+                f"{ms(run['seconds']['ours'])} ({speedup:.2f}x our fp32, "
+                f"{100 * run['ours_fraction_of_bf16_matmul']:.0f}% of bf16 matmul); "
+                f"min cosine to fp32 {run['cosine_min']:.4f}",
+                peers(run["seconds"]),
+            )
+        )
     return Section(rows, data)
 
 
@@ -626,7 +781,7 @@ def feature_contenders(layers: int, ws: Workspace, device: str = "cpu") -> Featu
     all three holding the same random weights at base width, on ``device``."""
     from roberta_ext.hub import RobertaHubInterface
     from roberta_ext.modeling import EncoderConfig, RobertaModel
-    from roberta_ext.tokenizers import Dictionary, FairseqGPT2Tokenizer, GPT2BPE
+    from roberta_ext.tokenizers import GPT2BPE, Dictionary, FairseqGPT2Tokenizer
 
     vocab = ws.vocabulary
     folder = padded_dictionary(ws.root / "features_dict", dictionary_symbols(vocab.dict_txt), BASE_VOCAB)
@@ -643,8 +798,13 @@ def feature_contenders(layers: int, ws: Workspace, device: str = "cpu") -> Featu
     return FeatureContenders({"ours": ours.to(device), "fairseq": theirs.to(device), "transformers": hf.to(device)})
 
 
-def features_on(label: str, tokens: torch.Tensor, contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
-                scale: Scale, reference: torch.Tensor | None = None) -> dict[str, Any]:
+def features_on(
+    label: str,
+    tokens: torch.Tensor,
+    contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
+    scale: Scale,
+    reference: torch.Tensor | None = None,
+) -> dict[str, Any]:
     """Check every contender's features on the real tokens against ours, then time them, in turns
     with a matmul of the features' dtype: the yardstick of our GFLOP/s, measured in the same
     rounds so that both see the same machine (its speed drifts from minute to minute).
@@ -657,33 +817,50 @@ def features_on(label: str, tokens: torch.Tensor, contenders: Mapping[str, Calla
     with torch.no_grad():
         if reference is None:
             ours = contenders["ours"](tokens)[real]
-            max_diff = {peer: float((call(tokens)[real] - ours).abs().max())
-                        for peer, call in contenders.items() if peer != "ours"}
+            max_diff = {
+                peer: float((call(tokens)[real] - ours).abs().max())
+                for peer, call in contenders.items()
+                if peer != "ours"
+            }
             if max(max_diff.values()) > 1e-3:
                 raise AssertionError(f"features of the {label} disagree with ours: max |diff| {max_diff}")
             agreement = f"max |diff| to ours {max(max_diff.values()):.1e}"
             checks: dict[str, Any] = {"max_abs_diff": max_diff}
             dtype = torch.float32
         else:
-            cosine = {name: float(F.cosine_similarity(call(tokens)[real].float(), reference, dim=-1).min())
-                      for name, call in contenders.items()}
+            cosine = {
+                name: float(F.cosine_similarity(call(tokens)[real].float(), reference, dim=-1).min())
+                for name, call in contenders.items()
+            }
             if min(cosine.values()) < 0.99:
                 raise AssertionError(f"bf16 features of the {label} drift from fp32: min cosine {cosine}")
             agreement = f"min cosine to our fp32 {min(cosine.values()):.4f}"
             checks = {"cosine_min_by_contender": cosine, "cosine_min": min(cosine.values())}
             dtype = torch.bfloat16
-        progress(f"{label}: {sum(lengths)} real tokens, {str(dtype).removeprefix('torch.')} features agree "
-                 f"({agreement}); timing")
+        progress(
+            f"{label}: {sum(lengths)} real tokens, {str(dtype).removeprefix('torch.')} features agree "
+            f"({agreement}); timing"
+        )
         matmul_call, matmul_flops = matmul(4096 if scale.cuda else 2048, dtype, scale.device)
-        timings = alternate({**{name: partial(call, tokens) for name, call in contenders.items()},
-                             "matmul": matmul_call}, scale.repeats, scale.device)
+        timings = alternate(
+            {**{name: partial(call, tokens) for name, call in contenders.items()}, "matmul": matmul_call},
+            scale.repeats,
+            scale.device,
+        )
     matmul_rate = matmul_flops / timings.pop("matmul") / 1e9
     gflops = encoder_flops(lengths, scale.feature_layers) / timings["ours"] / 1e9
     progress(f"{label}: " + ", ".join(f"{name} {ms(t)}" for name, t in timings.items()))
     precision = "fp32" if reference is None else "bf16"
-    return {"shape": list(tokens.shape), "real_tokens": sum(lengths), "dtype": str(dtype), "seconds": timings,
-            **checks, "ours_gflops": gflops, f"{precision}_matmul_gflops": matmul_rate,
-            f"ours_fraction_of_{precision}_matmul": gflops / matmul_rate}
+    return {
+        "shape": list(tokens.shape),
+        "real_tokens": sum(lengths),
+        "dtype": str(dtype),
+        "seconds": timings,
+        **checks,
+        "ours_gflops": gflops,
+        f"{precision}_matmul_gflops": matmul_rate,
+        f"ours_fraction_of_{precision}_matmul": gflops / matmul_rate,
+    }
 
 
 def features_bf16(ours: Any, tokens: torch.Tensor, scale: Scale) -> Section:
@@ -694,14 +871,20 @@ def features_bf16(ours: Any, tokens: torch.Tensor, scale: Scale) -> Section:
         features = ours.extract_features(tokens)
         cosine = F.cosine_similarity(ours_bf16.extract_features(tokens).float(), features, dim=-1)  # (B, T)
         progress(f"bf16: cosine to fp32 mean {float(cosine.mean()):.5f}, min {float(cosine.min()):.5f}; timing")
-        timings = alternate({"ours": partial(ours.extract_features, tokens),
-                             "bf16": partial(ours_bf16.extract_features, tokens)}, scale.repeats, scale.device)
+        timings = alternate(
+            {"ours": partial(ours.extract_features, tokens), "bf16": partial(ours_bf16.extract_features, tokens)},
+            scale.repeats,
+            scale.device,
+        )
     speedup = timings["ours"] / timings["bf16"]
     mean, low = float(cosine.mean()), float(cosine.min())
-    row = Row(f"bf16 (`.to(torch.bfloat16)`), full batch {tokens.shape[0]} x {tokens.shape[1]}",
-              f"{ms(timings['bf16'])}; cosine to fp32 mean {mean:.4f}, min {low:.4f}",
-              f"ours fp32 {ms(timings['ours'])}: **{speedup:.2f}x**", ">= 1.8x our fp32, cosine >= 0.999",
-              speedup >= 1.8 and mean >= 0.999)
+    row = Row(
+        f"bf16 (`.to(torch.bfloat16)`), full batch {tokens.shape[0]} x {tokens.shape[1]}",
+        f"{ms(timings['bf16'])}; cosine to fp32 mean {mean:.4f}, min {low:.4f}",
+        f"ours fp32 {ms(timings['ours'])}: **{speedup:.2f}x**",
+        ">= 1.8x our fp32, cosine >= 0.999",
+        speedup >= 1.8 and mean >= 0.999,
+    )
     return Section([row], {"seconds": timings, "speedup": speedup, "cosine_mean": mean, "cosine_min": low})
 
 
@@ -710,8 +893,11 @@ def features_bf16(ours: Any, tokens: torch.Tensor, scale: Scale) -> Section:
 
 def fairseq_env() -> dict[str, str]:
     # --user-dir imports roberta_ext from this repository.
-    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "PYTHONWARNINGS": "ignore"}
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "PYTHONWARNINGS": "ignore",
+    }
 
 
 def fairseq_cli(tool: str) -> list[str]:
@@ -722,8 +908,9 @@ def fairseq_cli(tool: str) -> list[str]:
 
 def run_command(argv: Sequence[str]) -> str:
     """Run a command; its output, or an error with the output's tail."""
-    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=fairseq_env(),
-                            cwd=REPO)
+    result = subprocess.run(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=fairseq_env(), cwd=REPO
+    )
     if result.returncode != 0:
         tail = "\n".join(result.stdout.splitlines()[-25:])
         raise RuntimeError(f"{Path(argv[0]).name} failed (exit {result.returncode}):\n{tail}")
@@ -735,7 +922,7 @@ def train_inner_records(log: str) -> list[dict[str, float]]:
     records = []
     for line in log.splitlines():
         if "| train_inner |" in line and "{" in line:
-            record = json.loads(line[line.index("{"):])
+            record = json.loads(line[line.index("{") :])
             records.append({k: float(v) for k, v in record.items() if k in ("wps", "ups", "wpb", "num_updates")})
     return records
 
@@ -747,16 +934,56 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
     layers, width = scale.train_shape
     batch, block = scale.train_batch
     placement = [*scale.train_precision, *([] if scale.cuda else ["--cpu"])]
-    common = [*fairseq_cli("train"), str(data), *placement, "--num-workers", "0", "--seed", "1",
-              "--log-format", "json", "--log-interval", str(scale.train_log_interval), "--no-save",
-              "--disable-validation", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-4",
-              "--lr-scheduler", "polynomial_decay", "--warmup-updates", "5",
-              "--total-num-update", str(scale.train_updates), "--max-update", str(scale.train_updates),
-              "--tokens-per-sample", str(block), "--sample-break-mode", "none", "--batch-size", str(batch),
-              "--max-positions", str(block), *encoder_args(layers, width)]
+    common = [
+        *fairseq_cli("train"),
+        str(data),
+        *placement,
+        "--num-workers",
+        "0",
+        "--seed",
+        "1",
+        "--log-format",
+        "json",
+        "--log-interval",
+        str(scale.train_log_interval),
+        "--no-save",
+        "--disable-validation",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--lr",
+        "1e-4",
+        "--lr-scheduler",
+        "polynomial_decay",
+        "--warmup-updates",
+        "5",
+        "--total-num-update",
+        str(scale.train_updates),
+        "--max-update",
+        str(scale.train_updates),
+        "--tokens-per-sample",
+        str(block),
+        "--sample-break-mode",
+        "none",
+        "--batch-size",
+        str(batch),
+        "--max-positions",
+        str(block),
+        *encoder_args(layers, width),
+    ]
     commands = {
-        "ours": [*common, "--user-dir", str(REPO / "roberta_ext"), "--arch", "roberta_ext_base",
-                 "--task", "roberta_ext_mlm", "--criterion", "roberta_ext_mlm"],
+        "ours": [
+            *common,
+            "--user-dir",
+            str(REPO / "roberta_ext"),
+            "--arch",
+            "roberta_ext_base",
+            "--task",
+            "roberta_ext_mlm",
+            "--criterion",
+            "roberta_ext_mlm",
+        ],
         "fairseq": [*common, "--arch", "roberta_base", "--task", "masked_lm", "--criterion", "masked_lm"],
     }
     records: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
@@ -774,24 +1001,48 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
     # right after it, and the median of those ratios is the figure.
     pair_ratios = [ours / theirs for ours, theirs in zip(run_wps["ours"], run_wps["fairseq"])]
     speedup = statistics.median(pair_ratios)
-    progress(f"train: ours {wps['ours']:.0f} wps, fairseq {wps['fairseq']:.0f} wps; ratio per pair of runs "
-             + ", ".join(f"{r:.2f}" for r in pair_ratios))
+    progress(
+        f"train: ours {wps['ours']:.0f} wps, fairseq {wps['fairseq']:.0f} wps; ratio per pair of runs "
+        + ", ".join(f"{r:.2f}" for r in pair_ratios)
+    )
     masking_s = masking_seconds(len(dictionary_symbols(ws.vocabulary.dict_txt)) + 5, batch, block)
     share = masking_s / step_s["ours"]
-    config = (f"{layers} x {width}, {batch} x {block} tokens, {scale.train_updates} updates"
-              f"{''.join(', ' + flag for flag in scale.train_precision)}, {'GPU' if scale.cuda else 'CPU'}")
+    config = (
+        f"{layers} x {width}, {batch} x {block} tokens, {scale.train_updates} updates"
+        f"{''.join(', ' + flag for flag in scale.train_precision)}, {'GPU' if scale.cuda else 'CPU'}"
+    )
     targets = not scale.cuda  # the issue's targets were set for the 2-core CPU
     rows = [
-        Row(f"`fairseq-train` words/s ({config})", f"{wps['ours']:.0f} wps",
+        Row(
+            f"`fairseq-train` words/s ({config})",
+            f"{wps['ours']:.0f} wps",
             f"fairseq `roberta_base` + `masked_lm` {wps['fairseq']:.0f} wps: **{speedup:.2f}x** (median of "
             f"{len(pair_ratios)} pairs of runs: {', '.join(f'{r:.2f}' for r in pair_ratios)})",
-            ">= 1.1x fairseq" if targets else "", speedup >= 1.1 if targets else None),
-        Row("masking share of a training step", f"{ms(masking_s)} of {ms(step_s['ours'])} = {100 * share:.2f}%",
-            target="< 5%", met=share < 0.05),
+            ">= 1.1x fairseq" if targets else "",
+            speedup >= 1.1 if targets else None,
+        ),
+        Row(
+            "masking share of a training step",
+            f"{ms(masking_s)} of {ms(step_s['ours'])} = {100 * share:.2f}%",
+            target="< 5%",
+            met=share < 0.05,
+        ),
     ]
-    return Section(rows, {"config": config, "runs": scale.train_runs, "wps": wps, "run_wps": run_wps,
-                          "pair_ratios": pair_ratios, "speedup": speedup, "step_seconds": step_s,
-                          "records": len(records["ours"]), "masking_seconds": masking_s, "masking_share": share})
+    return Section(
+        rows,
+        {
+            "config": config,
+            "runs": scale.train_runs,
+            "wps": wps,
+            "run_wps": run_wps,
+            "pair_ratios": pair_ratios,
+            "speedup": speedup,
+            "step_seconds": step_s,
+            "records": len(records["ours"]),
+            "masking_seconds": masking_s,
+            "masking_share": share,
+        },
+    )
 
 
 def binarized_data(ws: Workspace) -> Path:
@@ -806,9 +1057,22 @@ def binarized_data(ws: Workspace) -> Path:
     for name, part in (("train", ws.lines[:split]), ("valid", ws.lines[split:])):
         (text / f"{name}.bpe").write_text("".join(bpe.encode_fairseq_string(line) + "\n" for line in part))
     progress("train: fairseq-preprocess")
-    run_command([*fairseq_cli("preprocess"), "--only-source", "--srcdict", str(vocab.dict_txt),
-                 "--trainpref", str(text / "train.bpe"), "--validpref", str(text / "valid.bpe"),
-                 "--destdir", str(data), "--workers", "1"])
+    run_command(
+        [
+            *fairseq_cli("preprocess"),
+            "--only-source",
+            "--srcdict",
+            str(vocab.dict_txt),
+            "--trainpref",
+            str(text / "train.bpe"),
+            "--validpref",
+            str(text / "valid.bpe"),
+            "--destdir",
+            str(data),
+            "--workers",
+            "1",
+        ]
+    )
     return data
 
 
@@ -819,8 +1083,13 @@ def masking_seconds(vocab_size: int, batch: int, block: int) -> float:
 
     tokens = torch.randint(4, vocab_size - 1, (batch, block), generator=torch.Generator().manual_seed(0))
     tokens[:, 0] = 0
-    masker = BatchMasker(MaskingConfig(), vocab_size=vocab_size, mask_idx=vocab_size - 1, pad_idx=PAD,
-                         special_ids=[0, 1, 2, 3, vocab_size - 1])
+    masker = BatchMasker(
+        MaskingConfig(),
+        vocab_size=vocab_size,
+        mask_idx=vocab_size - 1,
+        pad_idx=PAD,
+        special_ids=[0, 1, 2, 3, vocab_size - 1],
+    )
     epochs = iter(range(10**9))
     return alternate({"mask": lambda: masker(tokens, torch.arange(batch), next(epochs))}, 50)["mask"]
 
@@ -843,8 +1112,9 @@ def load_worker(kind: str, path: str, dict_dir: str, layers: int) -> None:
     if kind == "ours":
         from roberta_ext.checkpoints import load_roberta_checkpoint
     elif kind == "fairseq":
-        import roberta_ext.fairseq_plugin  # noqa: F401  (lets fairseq's loader read under torch 2.13)
         from fairseq import checkpoint_utils
+
+        import roberta_ext.fairseq_plugin  # noqa: F401  (lets fairseq's loader read under torch 2.13)
 
         upgrade = checkpoint_utils._upgrade_state_dict
 
@@ -852,7 +1122,8 @@ def load_worker(kind: str, path: str, dict_dir: str, layers: int) -> None:
             # save_roberta_checkpoint writes optimizer_history=[], on which fairseq's upgrade step
             # raises IndexError; give it the one entry fairseq's trainer writes. Costs nothing.
             state["optimizer_history"] = state["optimizer_history"] or [
-                {"optimizer_name": None, "lr_scheduler_state": {}, "num_updates": 0}]
+                {"optimizer_name": None, "lr_scheduler_state": {}, "num_updates": 0}
+            ]
             return upgrade(state)
 
         checkpoint_utils._upgrade_state_dict = upgrade_empty_history
@@ -871,8 +1142,16 @@ def load_worker(kind: str, path: str, dict_dir: str, layers: int) -> None:
     if model is not None:  # first use reads every weight (memory-mapped pages come in here)
         with torch.no_grad():
             sum(float(p.sum()) for p in model.parameters())
-    print(json.dumps({"seconds": seconds, "peak_after_imports": rss_after_imports,
-                      "peak_after_load": peak_after_load, "peak_after_use": peak_rss_bytes()}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "peak_after_imports": rss_after_imports,
+                "peak_after_load": peak_after_load,
+                "peak_after_use": peak_rss_bytes(),
+            }
+        )
+    )
 
 
 def bench_load(scale: Scale, ws: Workspace) -> Section:
@@ -890,8 +1169,16 @@ def bench_load(scale: Scale, ws: Workspace) -> Section:
         size = path.stat().st_size
 
         def worker(kind: str) -> dict[str, float]:
-            argv = [sys.executable, "-m", "benchmarks.run", "--load-worker", kind, str(path), str(dict_dir),
-                    str(layers)]
+            argv = [
+                sys.executable,
+                "-m",
+                "benchmarks.run",
+                "--load-worker",
+                kind,
+                str(path),
+                str(dict_dir),
+                str(layers),
+            ]
             return json.loads(run_command(argv).strip().splitlines()[-1])
 
         baseline = worker("baseline")["peak_after_load"]  # a process that imported torch and nothing else
@@ -904,32 +1191,49 @@ def bench_load(scale: Scale, ws: Workspace) -> Section:
         path.unlink(missing_ok=True)
 
     def summary(runs: list[dict[str, float]]) -> dict[str, float]:
-        return {"seconds": statistics.median(r["seconds"] for r in runs),
-                "peak_rss_load": max(r["peak_after_load"] for r in runs) - baseline,
-                "peak_rss_use": max(r["peak_after_use"] for r in runs) - baseline,
-                "imports_rss": max(r["peak_after_imports"] for r in runs) - baseline}
+        return {
+            "seconds": statistics.median(r["seconds"] for r in runs),
+            "peak_rss_load": max(r["peak_after_load"] for r in runs) - baseline,
+            "peak_rss_use": max(r["peak_after_use"] for r in runs) - baseline,
+            "imports_rss": max(r["peak_after_imports"] for r in runs) - baseline,
+        }
 
-    data = {"file_bytes": size, "layers": layers, "baseline_rss": baseline,
-            **{kind: summary(runs) for kind, runs in results.items()}}
+    data = {
+        "file_bytes": size,
+        "layers": layers,
+        "baseline_rss": baseline,
+        **{kind: summary(runs) for kind, runs in results.items()},
+    }
     ours, theirs = data["ours"], data["fairseq"]
     progress(f"load: ours {ours['seconds']:.1f} s, fairseq {theirs['seconds']:.1f} s")
 
     def memory(m: dict[str, float]) -> str:
-        return (f"peak RSS {m['peak_rss_load'] / size:.2f}x the file after loading, "
-                f"{m['peak_rss_use'] / size:.2f}x after reading every weight")
+        return (
+            f"peak RSS {m['peak_rss_load'] / size:.2f}x the file after loading, "
+            f"{m['peak_rss_use'] / size:.2f}x after reading every weight"
+        )
 
-    rows = [Row(f"load a {layers} x 1024 checkpoint ({size / 1e9:.2f} GB)", f"{ours['seconds']:.2f} s; {memory(ours)}",
-                f"fairseq `load_checkpoint_to_cpu` + build + `load_state_dict` {theirs['seconds']:.2f} s: "
-                f"**{ratio(theirs['seconds'], ours['seconds'])}**; {memory(theirs)}",
-                "peak RSS <= 1.3x file", max(ours["peak_rss_load"], ours["peak_rss_use"]) <= 1.3 * size)]
+    rows = [
+        Row(
+            f"load a {layers} x 1024 checkpoint ({size / 1e9:.2f} GB)",
+            f"{ours['seconds']:.2f} s; {memory(ours)}",
+            f"fairseq `load_checkpoint_to_cpu` + build + `load_state_dict` {theirs['seconds']:.2f} s: "
+            f"**{ratio(theirs['seconds'], ours['seconds'])}**; {memory(theirs)}",
+            "peak RSS <= 1.3x file",
+            max(ours["peak_rss_load"], ours["peak_rss_use"]) <= 1.3 * size,
+        )
+    ]
     return Section(rows, data)
 
 
 # ----------------------------------------------------------------------------------- main
 
 BENCHMARKS: dict[str, Callable[[Scale, Workspace], Section]] = {
-    "machine": bench_machine, "tokenize": bench_tokenize, "features": bench_features,
-    "train": bench_train, "load": bench_load,
+    "machine": bench_machine,
+    "tokenize": bench_tokenize,
+    "features": bench_features,
+    "train": bench_train,
+    "load": bench_load,
 }
 
 
@@ -939,14 +1243,18 @@ def code_version() -> dict[str, Any]:
     def git(*argv: str) -> str:
         return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD") or None,
-            "uncommitted_changes": bool(git("status", "--porcelain", "roberta_ext"))}
+    return {
+        "commit": git("rev-parse", "HEAD") or None,
+        "uncommitted_changes": bool(git("status", "--porcelain", "roberta_ext")),
+    }
 
 
 def table(sections: Mapping[str, Section]) -> str:
     """The results as a Markdown table."""
-    lines = ["| section | measure | ours | peers (ratio = peer time / our time) | target | status |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| section | measure | ours | peers (ratio = peer time / our time) | target | status |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name, section in sections.items():
         for row in section.rows:
             status = "" if row.met is None else ("met" if row.met else "**missed**")
@@ -966,16 +1274,29 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="shrink everything: a 1-2 minute smoke run")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="where matmuls, features and training run (default: cpu)")
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
-                        help=f"run only these sections, of: {', '.join(SECTIONS)}")
-    parser.add_argument("--out", type=Path,
-                        help="JSON results file (default: benchmarks/results/DEVICE-DATE.json for a full run of every "
-                             "section, else benchmarks/results/scratch-DATE.json, which git ignores)")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where matmuls, features and training run (default: cpu)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        metavar="SECTION",
+        help=f"run only these sections, of: {', '.join(SECTIONS)}",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="JSON results file (default: benchmarks/results/DEVICE-DATE.json for a full run of every "
+        "section, else benchmarks/results/scratch-DATE.json, which git ignores)",
+    )
     parser.add_argument("--load-worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.load_worker:
@@ -986,7 +1307,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here")
     scale = {("cpu", False): FULL, ("cpu", True): QUICK, ("cuda", False): GPU_FULL, ("cuda", True): GPU_QUICK}[
-        args.device, args.quick]
+        args.device, args.quick
+    ]
     chosen = [s for s in SECTIONS if not args.only or s in args.only]
     today = datetime.date.today().isoformat()
     complete = not args.quick and len(chosen) == len(SECTIONS)
@@ -1000,11 +1322,17 @@ def main(argv: list[str] | None = None) -> int:
             sections[name] = BENCHMARKS[name](scale, ws)
             # Other work on the machine skews every figure: the record says how much there was.
             busy = sections[name].data["cpu_share_taken_by_others"] = contention(before, cpu_snapshot())
-            progress(f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs "
-                     f"and the host stole {100 * busy['host_steal']:.0f}%"
-                     + (" (figures are noisy)" if sum(busy.values()) > 0.1 else ""))
+            progress(
+                f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs "
+                f"and the host stole {100 * busy['host_steal']:.0f}%"
+                + (" (figures are noisy)" if sum(busy.values()) > 0.1 else "")
+            )
     payload = {
-        "date": today, "quick": args.quick, "device": args.device, **code_version(), "scale": asdict(scale),
+        "date": today,
+        "quick": args.quick,
+        "device": args.device,
+        **code_version(),
+        "scale": asdict(scale),
         "seconds": time.perf_counter() - _STARTED,
         "sections": {name: section.data for name, section in sections.items()},
         "table": [{"section": name, **asdict(row)} for name, section in sections.items() for row in section.rows],
@@ -1012,8 +1340,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out, payload)
     print()
     print(table(sections))
-    print(f"\n{len(chosen)} sections in {payload['seconds'] / 60:.1f} min at commit {str(payload['commit'])[:10]}"
-          f"{' with uncommitted changes' if payload['uncommitted_changes'] else ''}; results: {out}")
+    print(
+        f"\n{len(chosen)} sections in {payload['seconds'] / 60:.1f} min at commit {str(payload['commit'])[:10]}"
+        f"{' with uncommitted changes' if payload['uncommitted_changes'] else ''}; results: {out}"
+    )
     return 0
 
 

@@ -15,7 +15,8 @@ importing ``roberta_ext`` in a process without fairseq does not import fairseq.
 import sys
 
 from .checkpoints import CheckpointError
-from .hub import RobertaHubInterface, from_pretrained
+from .hub import RobertaHubInterface
+from .loading import from_pretrained, from_transformers
 from .modeling import EncoderConfig, RobertaModel
 
 __version__ = "0.1.0"
@@ -26,4 +27,12 @@ __version__ = "0.1.0"
 if sys.modules.get("fairseq") is not None:
     from . import fairseq_plugin  # noqa: F401  (registers models, tasks, criteria)
 
-__all__ = ["CheckpointError", "EncoderConfig", "RobertaHubInterface", "RobertaModel", "__version__", "from_pretrained"]
+__all__ = [
+    "CheckpointError",
+    "EncoderConfig",
+    "RobertaHubInterface",
+    "RobertaModel",
+    "__version__",
+    "from_pretrained",
+    "from_transformers",
+]

@@ -12,16 +12,26 @@ import sys
 # subcommand -> ("module:function" taking argv and returning an exit code, one-line help).
 # Modules are imported only when their command runs, so `--help` stays fast.
 COMMANDS = {
-    "quickstart": ("roberta_ext.quickstart:main",
-                   "pretrain and fine-tune a small RoBERTa with fairseq on the standard library's docstrings"),
-    "bpe-encode": ("roberta_ext.corpus:bpe_encode_main",
-                   "GPT-2 BPE-encode text files, as fairseq's multiprocessing_bpe_encoder.py"),
-    "train-bpe": ("roberta_ext.corpus:train_bpe_main",
-                  "learn encoder.json, vocab.bpe and a fairseq dict.txt from text files"),
-    "tokenize": ("roberta_ext.tokenize_corpus:tokenize_main",
-                 "WordPiece (BERT) or SentencePiece (ALBERT) tokens per line, for fairseq-preprocess"),
-    "prepare-tagging": ("roberta_ext.tokenize_corpus:prepare_tagging_main",
-                        "CoNLL-style word/label files -> data for fairseq-train --task token_classification"),
+    "quickstart": (
+        "roberta_ext.quickstart:main",
+        "pretrain and fine-tune a small RoBERTa with fairseq on the standard library's docstrings",
+    ),
+    "bpe-encode": (
+        "roberta_ext.corpus.bpe:bpe_encode_main",
+        "GPT-2 BPE-encode text files, as fairseq's multiprocessing_bpe_encoder.py",
+    ),
+    "train-bpe": (
+        "roberta_ext.corpus.bpe:train_bpe_main",
+        "learn encoder.json, vocab.bpe and a fairseq dict.txt from text files",
+    ),
+    "tokenize": (
+        "roberta_ext.corpus.tokenize:tokenize_main",
+        "WordPiece (BERT) or SentencePiece (ALBERT) tokens per line, for fairseq-preprocess",
+    ),
+    "prepare-tagging": (
+        "roberta_ext.corpus.tagging:prepare_tagging_main",
+        "CoNLL-style word/label files -> data for fairseq-train --task roberta_ext_token_classification",
+    ),
 }
 
 

@@ -1,6 +1,7 @@
 """The hub interface: fairseq's ``RobertaHubInterface``, without fairseq.
 
-``from_pretrained`` takes fairseq's arguments and returns an object with fairseq's methods
+:func:`roberta_ext.from_pretrained` (:mod:`roberta_ext.loading`) builds one from fairseq's
+arguments; it has fairseq's methods
 (``encode``, ``decode``, ``extract_features``, ``predict``, ``register_classification_head``,
 ``fill_mask``) giving fairseq's results, plus what users of fairseq's hub keep writing by
 hand: batches, long texts, label names. Two deliberate differences:
@@ -15,24 +16,22 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from array import array
-from itertools import chain
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoints import CheckpointError, load_roberta_checkpoint
-from .checkpoints.transformers import SEQUENCE_HEAD, TOKEN_HEAD, is_transformers_dir, load_transformers, save_transformers
-from .checkpoints import store
+from .checkpoints.transformers import SEQUENCE_HEAD, TOKEN_HEAD, save_transformers
+from .families import get_family
 from .modeling import RobertaModel
 from .tokenizers.dictionary import Dictionary
-from .tokenizers.gpt2_bpe import FairseqGPT2Tokenizer, GPT2BPE, _read_encoder_json, _read_vocab_bpe, bytes_to_unicode
-from .tokenizers.pieces import PieceTokenizer
+from .tokenizers.registry import Tokenizer, kind_of
 
 MASK = "<mask>"
 
@@ -64,7 +63,7 @@ class RobertaHubInterface(nn.Module):
     def __init__(
         self,
         model: RobertaModel,
-        tokenizer: FairseqGPT2Tokenizer | PieceTokenizer,
+        tokenizer: Tokenizer,
         *,
         label_dictionary: Dictionary | None = None,
         labels: Sequence[str] | None = None,
@@ -80,13 +79,14 @@ class RobertaHubInterface(nn.Module):
         # with the plugin has both: "[MASK]" in its WordPiece vocabulary and the "<mask>" that
         # fairseq's tasks append to dict.txt, which is the one it was trained to fill.
         self.mask_token = MASK if MASK in self.dictionary else getattr(tokenizer, "mask_token", MASK)
-        self.mask_spellings: tuple[str, ...] = tuple(dict.fromkeys((self.mask_token, MASK,
-                                                                    getattr(tokenizer, "mask_token", MASK))))
+        self.mask_spellings: tuple[str, ...] = tuple(
+            dict.fromkeys((self.mask_token, MASK, getattr(tokenizer, "mask_token", MASK)))
+        )
         self.task = HubTask(self.dictionary, label_dictionary, self.dictionary.index(self.mask_token))
         # RoBERTa separates a pair with "</s> </s>"; BERT's family with one [SEP] and segment ids.
-        self.double_separator = model.cfg.family == "roberta"
+        self.double_separator = get_family(model.cfg.family).double_separator
         if labels is None and label_dictionary is not None:
-            labels = label_dictionary.symbols[label_dictionary.nspecial:]
+            labels = label_dictionary.symbols[label_dictionary.nspecial :]
         self.labels: list[str] | None = None if labels is None else list(labels)
         if len(self.dictionary) != model.cfg.vocab_size:
             raise ValueError(
@@ -108,7 +108,7 @@ class RobertaHubInterface(nn.Module):
         return self.model.max_positions()
 
     # ----------------------------------------------------------------------------- text
-    def encode(self, sentence: str, *addl_sentences: str, no_separator: bool | None = None) -> torch.LongTensor:
+    def encode(self, sentence: str, *addl_sentences: str, no_separator: bool | None = None) -> torch.Tensor:
         """Text to a 1-D tensor of dictionary indices: ``<s> a </s>``, and for pairs
         ``<s> a </s> </s> b </s>`` (RoBERTa's separator is a doubled ``</s>``; with
         ``no_separator=True`` it is a single one). BERT and ALBERT give ``[CLS] a [SEP] b [SEP]``;
@@ -121,8 +121,9 @@ class RobertaHubInterface(nn.Module):
         [0, 31414, 2, 2, 8331, 2]
         """
         # A typed buffer viewed as a tensor: half the cost of torch.tensor(list) per sentence.
-        return torch.frombuffer(array("q", self._encode_ids(sentence, *addl_sentences, no_separator=no_separator)),
-                                dtype=torch.long)
+        return torch.frombuffer(
+            array("q", self._encode_ids(sentence, *addl_sentences, no_separator=no_separator)), dtype=torch.long
+        )
 
     def _encode_ids(self, sentence: str, *addl_sentences: str, no_separator: bool | None = None) -> list[int]:
         if no_separator is None:
@@ -160,7 +161,7 @@ class RobertaHubInterface(nn.Module):
 
     def encode_batch(
         self, sentences: Sequence[str | Sequence[str]], *, no_separator: bool | None = None
-    ) -> tuple[torch.LongTensor, torch.LongTensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode many texts (or tuples of texts, for pairs) into one right-padded batch.
 
         Returns ``(tokens (B, T), lengths (B,))``; padding is ``<pad>``, which the model ignores.
@@ -174,7 +175,7 @@ class RobertaHubInterface(nn.Module):
         ]
         return self.collate(rows)
 
-    def collate(self, rows: Sequence[Sequence[int] | torch.Tensor]) -> tuple[torch.LongTensor, torch.LongTensor]:
+    def collate(self, rows: Sequence[Sequence[int] | torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Pad lists (or 1-D tensors) of indices into ``(tokens (B, T), lengths (B,))``."""
         if not rows:
             raise ValueError("cannot build a batch from no sentences")
@@ -186,7 +187,7 @@ class RobertaHubInterface(nn.Module):
             tokens[torch.arange(tokens.size(1)) < lengths[:, None]] = torch.frombuffer(flat, dtype=torch.long)
         return tokens, lengths
 
-    def segments(self, tokens: torch.Tensor) -> torch.LongTensor:
+    def segments(self, tokens: torch.Tensor) -> torch.Tensor:
         """BERT's segment (token-type) ids of encoded text: 0 up to and including the first
         ``[SEP]``, 1 after it; 0 on padding.
 
@@ -201,7 +202,17 @@ class RobertaHubInterface(nn.Module):
         return self.segments(tokens) if self.model.cfg.type_vocab_size >= 2 else None
 
     # ------------------------------------------------------------------------- features
-    def extract_features(self, tokens: torch.Tensor, return_all_hiddens: bool = False) -> torch.Tensor | list[torch.Tensor]:
+    @overload
+    def extract_features(self, tokens: torch.Tensor, return_all_hiddens: Literal[False] = False) -> torch.Tensor: ...
+    @overload
+    def extract_features(self, tokens: torch.Tensor, return_all_hiddens: Literal[True]) -> list[torch.Tensor]: ...
+    @overload
+    def extract_features(
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False
+    ) -> torch.Tensor | list[torch.Tensor]: ...
+    def extract_features(
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False
+    ) -> torch.Tensor | list[torch.Tensor]:
         """Last-layer features ``(B, T, C)``; with ``return_all_hiddens`` a list of
         ``encoder_layers + 1`` tensors, the first being the embeddings (25 for roberta.large).
 
@@ -217,13 +228,17 @@ class RobertaHubInterface(nn.Module):
         if tokens.size(-1) > self.max_positions():
             raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {self.max_positions()}")
         tokens = tokens.to(device=self.device)
-        features, extra = self.model(tokens, features_only=True, return_all_hiddens=return_all_hiddens,
-                                     segment_labels=self._segment_labels(tokens))
+        features, extra = self.model(
+            tokens,
+            features_only=True,
+            return_all_hiddens=return_all_hiddens,
+            segment_labels=self._segment_labels(tokens),
+        )
         return extra["inner_states"] if return_all_hiddens else features
 
     def extract_features_batch(
         self, sentences: Sequence[str | Sequence[str]], *, return_all_hiddens: bool = False
-    ) -> tuple[torch.Tensor | list[torch.Tensor], torch.LongTensor]:
+    ) -> tuple[torch.Tensor | list[torch.Tensor], torch.Tensor]:
         """Features of many texts at once: ``(features (B, T, C), lengths (B,))``. Row ``i`` is
         valid up to ``lengths[i]``; the rest is padding.
 
@@ -261,7 +276,9 @@ class RobertaHubInterface(nn.Module):
         starts = list(range(0, max(content.numel() - window, 0) + 1, stride))
         if starts[-1] + window < content.numel():
             starts.append(content.numel() - window)
-        rows = [torch.cat([tokens.new_tensor([bos]), content[s : s + window], tokens.new_tensor([eos])]) for s in starts]
+        rows = [
+            torch.cat([tokens.new_tensor([bos]), content[s : s + window], tokens.new_tensor([eos])]) for s in starts
+        ]
         features = self.extract_features(torch.stack(rows))  # (W, window + 2, C)
 
         out = features.new_empty(content.numel(), features.size(-1))
@@ -340,10 +357,8 @@ class RobertaHubInterface(nn.Module):
         >>> electra.replaced_token_probs("the chef ate the meal")         # doctest: +SKIP
         [(' the', 0.01), (' chef', 0.02), (' ate', 0.91), (' the', 0.01), (' meal', 0.03)]
         """
-        from .modeling.electra import replaced_token_probs
+        from .families.electra import replaced_token_probs
 
-        if not hasattr(self.model, "discriminator_head"):
-            raise ValueError("this model has no ELECTRA discriminator head (load an ELECTRA pretraining checkpoint)")
         tokens = self.encode(text) if isinstance(text, str) else text
         if tokens.dim() != 1:
             raise ValueError(f"replaced_token_probs takes one sentence, got tokens of shape {tuple(tokens.shape)}")
@@ -357,63 +372,24 @@ class RobertaHubInterface(nn.Module):
     def save_transformers(self, directory: str | os.PathLike[str], *, architecture: str | None = None) -> Path:
         """Write model and tokenizer as a transformers directory, loadable by transformers'
         ``AutoModelFor...``/``AutoTokenizer.from_pretrained(directory)`` and by
-        :func:`from_pretrained`; ids and features stay equal. The directory appears whole
-        or not at all. (See :func:`roberta_ext.checkpoints.transformers.save_transformers`
+        :func:`~roberta_ext.from_pretrained`; ids and features stay equal. The directory appears
+        whole or not at all. (See :func:`roberta_ext.checkpoints.transformers.save_transformers`
         for the architecture chosen.)
 
         >>> roberta.save_transformers("roberta-hf")                           # doctest: +SKIP
         """
-        target = Path(directory)
-        staging = target.parent / f".{target.name}.tokenizer.tmp{os.getpid()}"
-        labels = self.labels if (SEQUENCE_HEAD in self.model.classification_heads
-                                 or TOKEN_HEAD in self.model.token_heads) else None
-        try:
-            staging.mkdir(parents=True)
-            self._write_tokenizer_files(staging)
-            save_transformers(self.model, target, architecture=architecture, labels=labels)
-            for item in staging.iterdir():
-                os.replace(item, target / item.name)
-        finally:
-            for item in staging.iterdir() if staging.exists() else ():
-                item.unlink()
-            if staging.exists():
-                staging.rmdir()
-        return target
+        labels = (
+            self.labels
+            if (SEQUENCE_HEAD in self.model.classification_heads or TOKEN_HEAD in self.model.token_heads)
+            else None
+        )
+        return save_transformers(
+            self.model, directory, architecture=architecture, labels=labels, extra_files=self._write_tokenizer_files
+        )
 
     def _write_tokenizer_files(self, directory: Path) -> None:
-        symbols = self.dictionary.symbols
-        specials = {"bos_token": self.dictionary.bos_word, "eos_token": self.dictionary.eos_word,
-                    "pad_token": self.dictionary.pad_word, "unk_token": self.dictionary.unk_word,
-                    "mask_token": self.mask_token}
-        family = self.model.cfg.family
         config: dict[str, Any] = {"model_max_length": self.max_positions()}
-        if self.bpe is not None:  # RoBERTa: vocab.json in the model's index space + the merges
-            vocab: dict[str, int] = {}
-            for index, symbol in enumerate(symbols):
-                vocab.setdefault(self.bpe.decoder[int(symbol)] if symbol.isdigit() else symbol, index)
-            # BPE tokens the dictionary lacks are <unk> for the model (fairseq's rule); listing
-            # them with <unk>'s index keeps transformers' BPE complete and gives the same ids.
-            for token in self.bpe.encoder:
-                vocab.setdefault(token, self.dictionary.unk())
-            (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-            merges = "\n".join(" ".join(pair) for pair in self.bpe.merges)
-            (directory / "merges.txt").write_text(f"#version: 0.2\n{merges}\n", encoding="utf-8")
-            config.update(tokenizer_class="RobertaTokenizer", **specials, sep_token=specials["eos_token"],
-                          cls_token=specials["bos_token"])
-        elif family == "bert" or self.tokenizer.kind == "wordpiece":
-            (directory / "vocab.txt").write_text("".join(f"{s}\n" for s in symbols), encoding="utf-8")
-            pieces = self.tokenizer.pieces
-            config.update(tokenizer_class="BertTokenizer", do_lower_case=pieces.do_lower_case,
-                          cls_token=specials["bos_token"], sep_token=specials["eos_token"],
-                          pad_token=specials["pad_token"], unk_token=specials["unk_token"],
-                          mask_token=specials["mask_token"])
-        else:
-            pieces = self.tokenizer.pieces
-            if not self.tokenizer._identity:
-                raise ValueError("only SentencePiece models whose ids are the model's indices can be exported")
-            (directory / "spiece.model").write_bytes(pieces.model_proto)
-            config.update(tokenizer_class="AlbertTokenizer", do_lower_case=pieces.do_lower_case,
-                          keep_accents=pieces.keep_accents)
+        kind_of(self.tokenizer).save_transformers(self.tokenizer, directory, config, mask_token=self.mask_token)
         (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
     # ------------------------------------------------------------------- token tagging
@@ -432,8 +408,7 @@ class RobertaHubInterface(nn.Module):
             return []
         ids, firsts = [self.dictionary.bos()], []
         for i, word in enumerate(words):
-            # GPT-2 BPE sees a word after the first with its leading space, as inside a sentence.
-            pieces = self.tokenizer.encode(word if i == 0 or self.bpe is None else f" {word}")
+            pieces = self.tokenizer.encode_word(word, first=i == 0)
             firsts.append(len(ids))
             ids.extend(pieces or [self.dictionary.unk()])
         ids.append(self.dictionary.eos())
@@ -454,15 +429,19 @@ class RobertaHubInterface(nn.Module):
         >>> roberta.fill_mask("The first Star wars movie came out in <mask>", topk=1)  # doctest: +SKIP
         [('The first Star wars movie came out in 1977', 0.9504708051681519, ' 1977')]
         """
-        if not getattr(self.model, "has_lm_head", True):
-            raise ValueError("this checkpoint has no masked-LM head (it was saved without one), so it cannot fill masks")
+        if not self.model.has_lm_head:
+            raise ValueError(
+                "this checkpoint has no masked-LM head (it was saved without one), so it cannot fill masks"
+            )
         mask = self.mask_token
         for spelling in self.mask_spellings[1:]:  # "[MASK]" and "<mask>" both mean the mask
             masked_input = masked_input.replace(spelling, mask)
         if masked_input.count(mask) != 1:
             spellings = " or ".join(self.mask_spellings)
-            raise ValueError(f"fill_mask needs exactly one {spellings} in its input, got {masked_input.count(mask)}: "
-                             f"{masked_input!r}")
+            raise ValueError(
+                f"fill_mask needs exactly one {spellings} in its input, got {masked_input.count(mask)}: "
+                f"{masked_input!r}"
+            )
         # Each side is encoded with trailing spaces stripped: the space before <mask> belongs
         # to the predicted token (" 1977"), exactly as fairseq does it.
         left, right = (self.tokenizer.encode(span.rstrip()) for span in masked_input.split(mask))
@@ -487,256 +466,5 @@ class RobertaHubInterface(nn.Module):
         return results
 
     def _token_text(self, index: int) -> str:
-        """The text of one dictionary entry: a BPE token decoded, a special symbol as itself."""
-        if self.bpe is None:
-            return self.tokenizer.token_text(index)
-        symbol = self.dictionary[index]
-        try:
-            return self.bpe.decode_fairseq_string(symbol)
-        except (ValueError, KeyError):  # <s>, </s>, <pad>, madeupword0000, ...
-            return symbol
-
-
-def from_pretrained(
-    model_name_or_path: str | os.PathLike[str],
-    checkpoint_file: str = "model.pt",
-    data_name_or_path: str = ".",
-    bpe: str | None = None,
-    *,
-    gpt2_encoder_json: str | None = None,
-    gpt2_vocab_bpe: str | None = None,
-    bpe_vocab_file: str | os.PathLike[str] | None = None,
-    bpe_cased: bool = False,
-    sentencepiece_model: str | os.PathLike[str] | None = None,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    offline: bool | None = None,
-    **overrides: Any,
-) -> RobertaHubInterface:
-    """Load a RoBERTa model like fairseq's ``RobertaModel.from_pretrained``, without fairseq.
-
-    ``model_name_or_path`` is a folder holding ``checkpoint_file``, an archive of one, a URL,
-    or a known name (``roberta.base``, ``roberta.large``, ``roberta.large.mnli``), which is
-    downloaded once into the cache. ``data_name_or_path`` holds ``dict.txt`` — or, after
-    sentence-prediction fine-tuning, ``input0/dict.txt`` and ``label/dict.txt``; a path
-    starting with ``.`` is relative to the model folder. GPT-2 BPE files are taken from
-    ``gpt2_encoder_json``/``gpt2_vocab_bpe``, else from the model folder, else from the cache.
-    ``dtype=torch.bfloat16`` runs inference in bf16: faster on CPUs with AVX512-BF16/AMX and on
-    GPUs, at the cost of about three significant digits in the features.
-
-    Models trained with the plugin on WordPiece or SentencePiece data (BERT, ALBERT, ELECTRA)
-    tokenize with ``bpe="bert"`` (fairseq's name; ``"wordpiece"`` too) and ``bpe_vocab_file``
-    (default: ``vocab.txt`` in the model folder; ``bpe_cased=True`` for cased vocabularies) or
-    ``bpe="sentencepiece"`` and ``sentencepiece_model`` (default: ``spiece.model``). Without
-    ``bpe``, the files decide: GPT-2 BPE when its files are given or in the model folder, else
-    ``vocab.txt``, else ``spiece.model``, else the family's usual tokenizer (GPT-2 for RoBERTa,
-    fetched from the cache). A transformers directory (``config.json`` + weights) is read by
-    :func:`from_transformers`.
-
-    >>> import roberta_ext
-    >>> roberta = roberta_ext.from_pretrained("/models/roberta.large")   # doctest: +SKIP
-    >>> roberta.encode("Hello world!")                                   # doctest: +SKIP
-    tensor([    0, 31414,   232,   328,     2])
-    """
-    if bpe is not None and bpe not in BPE_CHOICES:
-        raise ValueError(f"bpe={bpe!r} is not supported; choose one of {BPE_CHOICES}")
-    if overrides:
-        warnings.warn(f"from_pretrained ignores fairseq overrides it has no use for: {sorted(overrides)}", stacklevel=2)
-    model_dir = Path(store.resolve_model(model_name_or_path, cache_dir=cache_dir, offline=offline))
-    if not (model_dir / checkpoint_file).is_file() and is_transformers_dir(model_dir):
-        hub = from_transformers(model_dir)
-        if device is not None or dtype is not None:
-            hub.to(device=device, dtype=dtype)
-        return hub
-    data_dir = (
-        model_dir / data_name_or_path
-        if str(data_name_or_path).startswith(".")
-        else Path(store.resolve_model(data_name_or_path, cache_dir=cache_dir, offline=offline))
-    )
-    checkpoint = model_dir / checkpoint_file
-    loaded = load_roberta_checkpoint(checkpoint)
-
-    dictionary_path = _first_existing(data_dir / "input0" / "dict.txt", data_dir / "dict.txt")
-    dictionary = Dictionary.load(dictionary_path)
-    # fairseq's masked_lm and sentence_prediction tasks both append <mask> after loading.
-    dictionary.add_symbol(MASK)
-    rows = loaded.model.cfg.vocab_size
-    if len(dictionary) != rows:
-        raise CheckpointError(
-            f"{str(dictionary_path)!r} has {len(dictionary) - dictionary.nspecial - 1} symbols, giving "
-            f"{len(dictionary)} with the 4 specials and <mask>, but the embedding matrix of {str(checkpoint)!r} "
-            f"has {rows} rows: this dictionary does not belong to this model"
-        )
-    label_path = data_dir / "label" / "dict.txt"
-    labels = Dictionary.load(label_path) if label_path.is_file() else None
-
-    if bpe is None:
-        bpe = _default_bpe(model_dir, loaded.model.cfg.family, gpt2_encoder_json, bpe_vocab_file, sentencepiece_model)
-    tokenizer: FairseqGPT2Tokenizer | PieceTokenizer
-    if bpe in ("bert", "wordpiece"):
-        from .tokenizers.wordpiece import WordPieceTokenizer
-
-        vocab = Path(bpe_vocab_file) if bpe_vocab_file is not None else model_dir / "vocab.txt"
-        tokenizer = PieceTokenizer(WordPieceTokenizer.from_file(vocab, do_lower_case=not bpe_cased), dictionary,
-                                   "wordpiece")
-    elif bpe == "sentencepiece":
-        from .tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
-
-        spm = Path(sentencepiece_model) if sentencepiece_model is not None else model_dir / "spiece.model"
-        tokenizer = PieceTokenizer(SentencePieceTokenizer.from_file(spm, do_lower_case=not bpe_cased), dictionary,
-                                   "sentencepiece")
-    else:
-        encoder_json, vocab_bpe = _gpt2_files(model_dir, gpt2_encoder_json, gpt2_vocab_bpe, cache_dir, offline)
-        tokenizer = FairseqGPT2Tokenizer(GPT2BPE.from_files(encoder_json, vocab_bpe), dictionary)
-    cfg = {"model": loaded.options, "task": loaded.task}
-    hub = RobertaHubInterface(loaded.model, tokenizer, label_dictionary=labels, cfg=cfg)
-    if device is not None or dtype is not None:
-        hub.to(device=device, dtype=dtype)
-    return hub.eval()
-
-
-BPE_CHOICES = ("gpt2", "bert", "wordpiece", "sentencepiece")
-"""Tokenizers ``from_pretrained`` can pair with a fairseq checkpoint (fairseq's ``bpe`` names)."""
-
-
-def _default_bpe(model_dir: Path, family: str, gpt2_encoder_json: Any, bpe_vocab_file: Any,
-                 sentencepiece_model: Any) -> str:
-    """The tokenizer the files imply, then the family's usual one."""
-    if gpt2_encoder_json is not None or ((model_dir / "encoder.json").is_file() and (model_dir / "vocab.bpe").is_file()):
-        return "gpt2"
-    if bpe_vocab_file is not None or (model_dir / "vocab.txt").is_file():
-        return "bert"
-    if sentencepiece_model is not None or (model_dir / "spiece.model").is_file():
-        return "sentencepiece"
-    return {"bert": "bert", "electra": "bert", "albert": "sentencepiece"}.get(family, "gpt2")
-
-
-def from_transformers(directory: str | os.PathLike[str]) -> RobertaHubInterface:
-    """A hub for a transformers model directory (RoBERTa, BERT or ALBERT): ``config.json``, the
-    weights (safetensors or ``pytorch_model.bin``) and the tokenizer files — ``vocab.json`` +
-    ``merges.txt`` (RoBERTa), ``vocab.txt`` (BERT; ``do_lower_case`` from
-    ``tokenizer_config.json``) or ``spiece.model`` (ALBERT). Ids equal transformers'
-    tokenizer's, features equal its model's. ``from_pretrained(directory)`` calls this.
-
-    >>> bert = from_transformers("bert-base-uncased")                     # doctest: +SKIP
-    >>> bert.encode("Hello", "world").tolist(), bert.segments(bert.encode("Hello", "world")).tolist()  # doctest: +SKIP
-    ([101, 7592, 102, 2088, 102], [0, 0, 0, 1, 1])
-    """
-    d = Path(directory)
-    loaded = load_transformers(d)
-    family = loaded.model.cfg.family
-    tokenizer_config = _read_optional_json(d / "tokenizer_config.json")
-    tokenizer: FairseqGPT2Tokenizer | PieceTokenizer
-    fast = _read_optional_json(d / "tokenizer.json").get("model") or {}  # transformers 5 writes only this
-    if family == "roberta":
-        if (d / "vocab.json").is_file():
-            vocab = _read_encoder_json(d / "vocab.json")
-            merges = _read_vocab_bpe(d / "merges.txt")
-        elif fast.get("type") == "BPE":
-            vocab = dict(fast["vocab"])
-            merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in fast["merges"]]
-        else:
-            raise FileNotFoundError(f"{str(d)!r} has neither vocab.json + merges.txt nor a BPE tokenizer.json")
-        bpe = _transformers_bpe(vocab, merges)
-        # Index i is vocab.json's id i; specials keep their names so the hub finds <s>, <mask>, ...
-        names: dict[int, str] = {}
-        for token, token_id in vocab.items():  # the first token of an id names it
-            names.setdefault(token_id, token)
-        names = {i: t for i, t in names.items() if t.startswith("<") and t.endswith(">")}
-        symbols = [names.get(i, str(i)) for i in range(loaded.model.cfg.vocab_size)]
-        dictionary = Dictionary.from_symbols(symbols, bos="<s>", pad="<pad>", eos="</s>", unk="<unk>", source=str(d))
-        tokenizer = FairseqGPT2Tokenizer(bpe, dictionary)
-    elif family in ("bert", "electra"):  # ELECTRA uses BERT's WordPiece vocabulary
-        from .tokenizers.wordpiece import WordPieceTokenizer, read_vocab
-
-        options = {"do_lower_case": tokenizer_config.get("do_lower_case", True),
-                   "strip_accents": tokenizer_config.get("strip_accents"),
-                   "tokenize_chinese_chars": tokenizer_config.get("tokenize_chinese_chars", True)}
-        if (d / "vocab.txt").is_file():
-            tokens = read_vocab(d / "vocab.txt")
-        elif fast.get("type") == "WordPiece":
-            tokens = [t for t, _ in sorted(fast["vocab"].items(), key=lambda item: item[1])]
-        else:
-            raise FileNotFoundError(f"{str(d)!r} has neither vocab.txt nor a WordPiece tokenizer.json")
-        names = {k: tokenizer_config[k] for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")
-                 if isinstance(tokenizer_config.get(k), str)}
-        tokenizer = PieceTokenizer.for_vocabulary(WordPieceTokenizer(tokens, **options, **names, source=str(d)),
-                                                  "wordpiece")
-    elif family == "albert":
-        from .tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
-
-        if not (d / "spiece.model").is_file():
-            raise FileNotFoundError(f"{str(d)!r} has no spiece.model (ALBERT's SentencePiece model)")
-        tokenizer = PieceTokenizer.for_vocabulary(
-            SentencePieceTokenizer.from_file(d / "spiece.model", do_lower_case=tokenizer_config.get("do_lower_case", True),
-                                             keep_accents=tokenizer_config.get("keep_accents", False)),
-            "sentencepiece")
-    else:
-        raise CheckpointError(f"{str(d)!r}: no tokenizer support for family {family!r}")
-    if len(tokenizer.dictionary) != loaded.model.cfg.vocab_size:
-        raise CheckpointError(f"{str(d)!r}: the tokenizer has {len(tokenizer.dictionary)} tokens but the model's "
-                              f"embedding has {loaded.model.cfg.vocab_size} rows")
-    loaded.model.has_lm_head = loaded.has_lm_head
-    cfg = {"model": {"_name": loaded.architecture, **loaded.config}, "task": {}}
-    return RobertaHubInterface(loaded.model, tokenizer, labels=loaded.labels, cfg=cfg).eval()
-
-
-def _transformers_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> GPT2BPE:
-    """GPT-2 BPE over transformers' ``vocab.json`` (token -> model index) and merges.
-
-    A vocabulary exported from a fairseq model lacks the BPE tokens its ``dict.txt`` lacked;
-    transformers' tokenizer turns those into ``<unk>``, and so do we: they enter the encoder
-    with ids past the model's vocabulary, which the dictionary does not know and maps to
-    ``<unk>`` (fairseq's behaviour for symbols missing from ``dict.txt``).
-    """
-    encoder: dict[str, int] = {}
-    owned: set[int] = set()
-    for token, token_id in vocab.items():  # later tokens sharing an id (exported <unk> fillers) are dropped
-        if token_id not in owned:
-            encoder[token] = token_id
-            owned.add(token_id)
-    next_id = max(encoder.values(), default=-1) + 1
-    for token in [*bytes_to_unicode().values(), *(t for a, b in merges for t in (a, b, a + b))]:
-        if token not in encoder:
-            encoder[token] = next_id
-            next_id += 1
-    return GPT2BPE(encoder, merges)
-
-
-def _read_optional_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise CheckpointError(f"{str(path)!r} is not valid JSON ({exc})") from None
-
-
-def _first_existing(*candidates: Path) -> Path:
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"no dictionary found: looked for {' and '.join(repr(str(p)) for p in candidates)}")
-
-
-def _gpt2_files(
-    model_dir: Path, encoder_json: str | None, vocab_bpe: str | None, cache_dir: Any, offline: bool | None
-) -> tuple[Path, Path]:
-    if (encoder_json is None) != (vocab_bpe is None):
-        raise ValueError("pass both gpt2_encoder_json and gpt2_vocab_bpe, or neither")
-    if encoder_json is not None and vocab_bpe is not None:
-        return tuple(_local_or_download(f, cache_dir, offline) for f in (encoder_json, vocab_bpe))
-    if (model_dir / "encoder.json").is_file() and (model_dir / "vocab.bpe").is_file():
-        return model_dir / "encoder.json", model_dir / "vocab.bpe"
-    return store.resolve_gpt2_bpe_files(cache_dir=cache_dir, offline=offline)
-
-
-def _local_or_download(path_or_url: str | os.PathLike[str], cache_dir: Any, offline: bool | None) -> Path:
-    """A local file as it is; an http(s) URL fetched once into the cache (as fairseq's cached_path)."""
-    text = os.fspath(path_or_url)
-    if text.startswith(("http://", "https://")):
-        return store.resolve_file(text, cache_dir=cache_dir, offline=offline)
-    if not os.path.isfile(text):
-        raise FileNotFoundError(f"BPE file {text!r} does not exist")
-    return Path(text)
+        """The text of one dictionary entry: a token decoded, a special symbol as itself."""
+        return self.tokenizer.token_text(index)

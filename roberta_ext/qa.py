@@ -29,8 +29,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,7 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 
 
 # ----------------------------------------------------------------------------------- data
+
 
 @dataclass(frozen=True)
 class QAExample:
@@ -84,14 +86,20 @@ def parse_examples(records: Any, *, source: str = "the data") -> list[QAExample]
             raise ValueError(f"{where}: 'answers' must be a list, got {type(answers).__name__}")
         context, parsed = record["context"], []
         for answer_record in answers:
-            text, start = (answer_record.get("text"), answer_record.get("answer_start")) \
-                if isinstance(answer_record, dict) else (None, None)
+            text, start = (
+                (answer_record.get("text"), answer_record.get("answer_start"))
+                if isinstance(answer_record, dict)
+                else (None, None)
+            )
             if not isinstance(text, str) or not text or isinstance(start, bool) or not isinstance(start, int):
-                raise ValueError(f"{where}: each answer needs a non-empty 'text' and an int 'answer_start', "
-                                 f"got {answer_record!r}")
-            if context[start:start + len(text)] != text:
-                raise ValueError(f"{where}: answer {text!r} is not at character {start} of the context "
-                                 f"(found {context[start:start + len(text)]!r})")
+                raise ValueError(
+                    f"{where}: each answer needs a non-empty 'text' and an int 'answer_start', got {answer_record!r}"
+                )
+            if context[start : start + len(text)] != text:
+                raise ValueError(
+                    f"{where}: answer {text!r} is not at character {start} of the context "
+                    f"(found {context[start : start + len(text)]!r})"
+                )
             parsed.append((text, start))
         examples.append(QAExample(record["question"], context, tuple(parsed), str(record.get("id", n))))
     return examples
@@ -110,6 +118,7 @@ def load_examples(path: str | os.PathLike[str]) -> list[QAExample]:
 
 # ------------------------------------------------------------------------------ tokens
 
+
 def tokenize_with_offsets(encode: Callable[[str], list[int]], text: str) -> tuple[list[int], list[tuple[int, int]]]:
     """Token ids of ``text`` and, for each token, the ``(start, end)`` characters of the word or
     punctuation mark it belongs to. Words are ``\\w+`` runs and single other non-space
@@ -122,7 +131,7 @@ def tokenize_with_offsets(encode: Callable[[str], list[int]], text: str) -> tupl
     spans: list[tuple[int, int]] = []
     previous = 0
     for match in _WORD.finditer(text):
-        piece_ids = encode(text[previous:match.end()])
+        piece_ids = encode(text[previous : match.end()])
         ids.extend(piece_ids)
         spans.extend([match.span()] * len(piece_ids))
         previous = match.end()
@@ -150,15 +159,19 @@ class PairLayout:
 
 
 def pair_layout(cfg: Any) -> PairLayout:
-    """The pair layout of a model config: a doubled separator for the ``roberta`` family,
-    segment ids when the model has (at least two) segment embeddings.
+    """The pair layout of a model config: a doubled separator where the family joins pairs so
+    (RoBERTa), segment ids when the model has (at least two) segment embeddings.
 
     >>> from roberta_ext.modeling import EncoderConfig
     >>> pair_layout(EncoderConfig.preset("tiny")), pair_layout(EncoderConfig.preset("bert-tiny"))
     (PairLayout(double_separator=True, segments=False), PairLayout(double_separator=False, segments=True))
     """
-    return PairLayout(double_separator=getattr(cfg, "family", "roberta") == "roberta",
-                      segments=getattr(cfg, "type_vocab_size", 0) >= 2)
+    from .families import get_family
+
+    return PairLayout(
+        double_separator=get_family(getattr(cfg, "family", "roberta")).double_separator,
+        segments=getattr(cfg, "type_vocab_size", 0) >= 2,
+    )
 
 
 @dataclass
@@ -195,14 +208,17 @@ def make_windows(
     tokens apart (default: half a window); the last one ends at the context's end. ``answer`` is
     the answer's first and last context token; windows holding all of it get its place.
 
-    >>> [(w.context_start, w.start) for w in make_windows([7], list(range(10)), max_positions=9, stride=2, answer=(5, 6))]
+    >>> windows = make_windows([7], list(range(10)), max_positions=9, stride=2, answer=(5, 6))
+    >>> [(w.context_start, w.start) for w in windows]
     [(0, -1), (2, -1), (4, 1), (6, -1)]
     """
     question = list(question)[:max_question_tokens]
     capacity = max_positions - len(question) - RESERVED_SPECIALS
     if capacity < 1:
-        raise ValueError(f"max_positions={max_positions} leaves no room for the context after a question of "
-                         f"{len(question)} tokens; lower max_question_tokens")
+        raise ValueError(
+            f"max_positions={max_positions} leaves no room for the context after a question of "
+            f"{len(question)} tokens; lower max_question_tokens"
+        )
     stride = stride or max(1, capacity // 2)
     if not 0 < stride <= capacity:
         raise ValueError(f"stride must be in 1..{capacity} (the context tokens of a window), got {stride}")
@@ -211,7 +227,7 @@ def make_windows(
         starts.append(len(context) - capacity)
     windows = []
     for begin in starts:
-        window = QAWindow(question, list(context[begin:begin + capacity]), begin, example=example)
+        window = QAWindow(question, list(context[begin : begin + capacity]), begin, example=example)
         if answer is not None and begin <= answer[0] and answer[1] < begin + capacity:
             window.start, window.end = answer[0] - begin, answer[1] - begin
         windows.append(window)
@@ -234,8 +250,15 @@ def example_windows(
     if example.answers:
         text, start = example.answers[0]
         answer = answer_token_span(spans, start, start + len(text))
-    return make_windows(question, context, max_positions=max_positions, stride=stride,
-                        max_question_tokens=max_question_tokens, answer=answer, example=index)
+    return make_windows(
+        question,
+        context,
+        max_positions=max_positions,
+        stride=stride,
+        max_question_tokens=max_question_tokens,
+        answer=answer,
+        example=index,
+    )
 
 
 @dataclass
@@ -276,16 +299,17 @@ def collate_windows(windows: Sequence[QAWindow], *, bos: int, eos: int, pad: int
     starts = torch.zeros(len(rows), dtype=torch.long)
     ends = torch.zeros(len(rows), dtype=torch.long)
     for i, (w, row, segs, offset) in enumerate(zip(windows, rows, segments, offsets)):
-        tokens[i, :len(row)] = torch.tensor(row)
-        segment_labels[i, :len(segs)] = torch.tensor(segs)
+        tokens[i, : len(row)] = torch.tensor(row)
+        segment_labels[i, : len(segs)] = torch.tensor(segs)
         candidates[i, 0] = True
-        candidates[i, offset:offset + len(w.context)] = True
+        candidates[i, offset : offset + len(w.context)] = True
         if w.start >= 0:
             starts[i], ends[i] = offset + w.start, offset + w.end
     return QABatch(tokens, segment_labels if layout.segments else None, candidates, starts, ends, offsets)
 
 
 # ------------------------------------------------------------------------------ training
+
 
 @dataclass
 class QALoss:
@@ -302,8 +326,10 @@ def qa_loss(logits: torch.Tensor, batch: QABatch) -> QALoss:
     ``logits``: (B, T, 2) from the QA token head."""
     scores = masked_scores(logits, batch.candidates.to(logits.device))  # (B, T, 2)
     starts, ends = batch.starts.to(logits.device), batch.ends.to(logits.device)
-    loss = (F.cross_entropy(scores[..., 0], starts, reduction="sum")
-            + F.cross_entropy(scores[..., 1], ends, reduction="sum")) / 2
+    loss = (
+        F.cross_entropy(scores[..., 0], starts, reduction="sum")
+        + F.cross_entropy(scores[..., 1], ends, reduction="sum")
+    ) / 2
     with torch.no_grad():
         start_ok, end_ok = scores[..., 0].argmax(-1) == starts, scores[..., 1].argmax(-1) == ends
     return QALoss(loss, int(start_ok.sum()), int(end_ok.sum()), int((start_ok & end_ok).sum()))
@@ -316,6 +342,7 @@ def masked_scores(logits: torch.Tensor, candidates: torch.Tensor) -> torch.Tenso
 
 
 # ----------------------------------------------------------------------------- inference
+
 
 @dataclass
 class Answer:
@@ -378,8 +405,10 @@ def answer(
     model = hub.model
     if head not in getattr(model, "token_heads", {}):
         known = sorted(getattr(model, "token_heads", {}))
-        raise KeyError(f"the model has no token head {head!r} (token heads: {known}); fine-tune one with "
-                       "--task extractive_qa or register_token_head(name, 2)")
+        raise KeyError(
+            f"the model has no token head {head!r} (token heads: {known}); fine-tune one with "
+            "--task extractive_qa or register_token_head(name, 2)"
+        )
     if model.token_heads[head].num_classes != 2:
         raise ValueError(f"token head {head!r} has {model.token_heads[head].num_classes} labels; a QA head has 2")
     if not isinstance(max_answer_tokens, int) or max_answer_tokens < 1:
@@ -389,8 +418,13 @@ def answer(
     context_ids, spans = tokenize_with_offsets(encode, context)
     if not context_ids:
         raise ValueError(f"the context has no words to answer from: {context!r}")
-    windows = make_windows(question_ids, context_ids, max_positions=hub.max_positions(), stride=stride,
-                           max_question_tokens=max_question_tokens)
+    windows = make_windows(
+        question_ids,
+        context_ids,
+        max_positions=hub.max_positions(),
+        stride=stride,
+        max_question_tokens=max_question_tokens,
+    )
     dictionary = hub.dictionary
     layout = pair_layout(model.cfg)
     device = next(model.parameters()).device
@@ -401,15 +435,16 @@ def answer(
     model.eval()
     try:
         for begin in range(0, len(windows), batch_size):
-            chunk = windows[begin:begin + batch_size]
-            batch = collate_windows(chunk, bos=dictionary.bos(), eos=dictionary.eos(), pad=dictionary.pad(),
-                                    layout=layout)
+            chunk = windows[begin : begin + batch_size]
+            batch = collate_windows(
+                chunk, bos=dictionary.bos(), eos=dictionary.eos(), pad=dictionary.pad(), layout=layout
+            )
             segments = None if batch.segment_labels is None else batch.segment_labels.to(device)
             logits, _ = model(batch.tokens.to(device), token_head_name=head, segment_labels=segments)  # (B, T, 2)
             logits = logits.float().cpu()
             for row, (window, offset) in enumerate(zip(chunk, batch.context_offsets)):
                 null_score = min(null_score, float(logits[row, 0, 0] + logits[row, 0, 1]))
-                span = logits[row, offset:offset + len(window.context)]  # (L, 2)
+                span = logits[row, offset : offset + len(window.context)]  # (L, 2)
                 score, i, j = best_span(span[:, 0], span[:, 1], max_answer_tokens)
                 if score > best[0]:
                     best = (score, window.context_start + i, window.context_start + j)
@@ -423,13 +458,14 @@ def answer(
     return Answer(context[start:end], start, end, score, null_score)
 
 
-def load_tokenizer(data_dir: str | os.PathLike[str], *, encoder_json: str | None = None,
-                   vocab_bpe: str | None = None) -> Any:
+def load_tokenizer(
+    data_dir: str | os.PathLike[str], *, encoder_json: str | None = None, vocab_bpe: str | None = None
+) -> Any:
     """The tokenizer a data directory provides: GPT-2 BPE (``encoder.json`` + ``vocab.bpe``,
     from the directory unless given) over the directory's ``dict.txt`` with ``<mask>`` appended,
     as the hub and the pretraining tasks index it."""
     from .tokenizers.dictionary import Dictionary
-    from .tokenizers.gpt2_bpe import FairseqGPT2Tokenizer, GPT2BPE
+    from .tokenizers.gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer
 
     data_dir = os.fspath(data_dir)
     encoder_json = encoder_json or os.path.join(data_dir, "encoder.json")
@@ -451,9 +487,18 @@ def prepare_windows(
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
 ) -> list[QAWindow]:
     """Training windows of many examples (``QAWindow.example`` says which)."""
-    return [window for n, example in enumerate(examples)
-            for window in example_windows(example, encode, max_positions=max_positions, stride=stride,
-                                          max_question_tokens=max_question_tokens, index=n)]
+    return [
+        window
+        for n, example in enumerate(examples)
+        for window in example_windows(
+            example,
+            encode,
+            max_positions=max_positions,
+            stride=stride,
+            max_question_tokens=max_question_tokens,
+            index=n,
+        )
+    ]
 
 
 __all__ = [

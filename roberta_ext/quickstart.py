@@ -50,19 +50,23 @@ def stdlib_docstrings(min_chars: int = 40) -> list[tuple[str, str]]:
     ['class', 'function', 'module']
     """
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    kinds = {ast.Module: "module", ast.ClassDef: "class", ast.FunctionDef: "function",
-             ast.AsyncFunctionDef: "function"}
-    docs = []
+    kinds: dict[type[ast.AST], str] = {
+        ast.Module: "module",
+        ast.ClassDef: "class",
+        ast.FunctionDef: "function",
+        ast.AsyncFunctionDef: "function",
+    }
+    docs: list[tuple[str, str]] = []
     for path in sorted(stdlib.glob("*.py")):
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError):
             continue
         for node in ast.walk(tree):
-            kind = kinds.get(type(node))
-            doc = ast.get_docstring(node) if kind else None
-            if doc and len(doc) >= min_chars:
-                docs.append((" ".join(doc.split()), kind))
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) >= min_chars:
+                    docs.append((" ".join(doc.split()), kinds[type(node)]))
     if not docs:
         raise RuntimeError(f"no docstrings found under {stdlib}: is the standard library's source installed?")
     return docs
@@ -80,8 +84,9 @@ class Runner:
         log_path = self.log_dir / f"{name}.log"
         begun = time.time()
         with open(log_path, "w", encoding="utf-8") as log:
-            process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                       cwd=REPO, env=_env())
+            process = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=_env()
+            )
             assert process.stdout is not None
             for line in process.stdout:
                 log.write(line)
@@ -90,16 +95,20 @@ class Runner:
             process.wait()
         if process.returncode != 0:
             tail = log_path.read_text(encoding="utf-8").splitlines()[-30:]
-            raise SystemExit(f"step {name!r} failed (exit {process.returncode}); last lines of {log_path}:\n"
-                             + "\n".join(tail))
+            raise SystemExit(
+                f"step {name!r} failed (exit {process.returncode}); last lines of {log_path}:\n" + "\n".join(tail)
+            )
         print(f"   done in {time.time() - begun:.0f} s (log: {log_path})", flush=True)
         return log_path.read_text(encoding="utf-8")
 
 
 def _env() -> dict[str, str]:
     # fairseq's --user-dir imports roberta_ext from the repository, so the same code runs everywhere.
-    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "PYTHONWARNINGS": "ignore"}
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "PYTHONWARNINGS": "ignore",
+    }
 
 
 def _is_progress(line: str) -> bool:
@@ -108,7 +117,7 @@ def _is_progress(line: str) -> bool:
 
 def _short(line: str) -> str:
     """One fairseq JSON log line as a few readable numbers."""
-    record = json.loads(line[line.index("{"):])
+    record = json.loads(line[line.index("{") :])
     keep = [k for k in record if k.endswith(("epoch", "num_updates", "loss", "ppl", "accuracy", "wps"))]
     kind = line.split("|")[2].strip()
     names = {k: k.removeprefix("valid_").removeprefix("train_") for k in keep}
@@ -146,7 +155,7 @@ def last_valid(log: str, key: str) -> float | None:
     value = None
     for line in log.splitlines():
         if "| valid |" in line and "{" in line:
-            record = json.loads(line[line.index("{"):])
+            record = json.loads(line[line.index("{") :])
             value = float(record.get(f"valid_{key}", value or "nan"))
     return value
 
@@ -155,18 +164,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="roberta-ext quickstart",
         description="Pretrain and fine-tune a small RoBERTa with fairseq-train --user-dir roberta_ext on the "
-                    "standard library's docstrings, then use both checkpoints through torch.hub.",
+        "standard library's docstrings, then use both checkpoints through torch.hub.",
     )
-    parser.add_argument("--out", type=Path, default=Path("quickstart_out"), help="working folder (default: %(default)s)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("quickstart_out"), help="working folder (default: %(default)s)"
+    )
     parser.add_argument("--merges", type=int, default=3000, help="BPE merges to learn (default: %(default)s)")
     parser.add_argument("--layers", type=int, default=4, help="encoder layers (default: %(default)s)")
-    parser.add_argument("--dim", type=int, default=128, help="model width; FFN is 4x, heads = dim/32 (default: %(default)s)")
-    parser.add_argument("--tokens-per-sample", type=int, default=128, help="pretraining block length (default: %(default)s)")
+    parser.add_argument(
+        "--dim", type=int, default=128, help="model width; FFN is 4x, heads = dim/32 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--tokens-per-sample", type=int, default=128, help="pretraining block length (default: %(default)s)"
+    )
     parser.add_argument("--pretrain-updates", type=int, default=800, help="pretraining updates (default: %(default)s)")
     parser.add_argument("--finetune-updates", type=int, default=200, help="fine-tuning updates (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak pretraining learning rate (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=2, help="processes for bpe-encode/preprocess (default: %(default)s)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="processes for bpe-encode/preprocess (default: %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     out: Path = args.out.resolve()
@@ -182,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = stdlib_docstrings()
     random.Random(args.seed).shuffle(docs)
     n_held = max(100, len(docs) // 10)
-    splits = {"test": docs[:n_held], "valid": docs[n_held:2 * n_held], "train": docs[2 * n_held:]}
+    splits = {"test": docs[:n_held], "valid": docs[n_held : 2 * n_held], "train": docs[2 * n_held :]}
     # The fine-tuning task: class or function docstring? Balanced, so that chance is 50%.
     labelled = {split: balanced([d for d in rows if d[1] != "module"], args.seed) for split, rows in splits.items()}
     corpus = out / "corpus"
@@ -190,66 +207,233 @@ def main(argv: list[str] | None = None) -> int:
         write_lines(corpus / f"{split}.txt", [text for text, _ in rows])
         write_lines(corpus / f"cls.{split}.txt", [text for text, _ in labelled[split]])
         write_lines(corpus / f"cls.{split}.label", [kind for _, kind in labelled[split]])
-    print(f"   {len(docs)} docstrings for pretraining ({', '.join(f'{len(r)} {s}' for s, r in splits.items())}); "
-          f"class-vs-function task: {', '.join(f'{len(r)} {s}' for s, r in labelled.items())}")
+    print(
+        f"   {len(docs)} docstrings for pretraining ({', '.join(f'{len(r)} {s}' for s, r in splits.items())}); "
+        f"class-vs-function task: {', '.join(f'{len(r)} {s}' for s, r in labelled.items())}"
+    )
 
     print("\n2. tokenizer: a GPT-2-format byte-level BPE learned from the training split")
     bpe_dir = out / "bpe"
-    run("train-bpe", [*roberta_ext_cli, "train-bpe", "--inputs", str(corpus / "train.txt"), "--output-dir",
-                      str(bpe_dir), "--num-merges", str(args.merges)])
+    run(
+        "train-bpe",
+        [
+            *roberta_ext_cli,
+            "train-bpe",
+            "--inputs",
+            str(corpus / "train.txt"),
+            "--output-dir",
+            str(bpe_dir),
+            "--num-merges",
+            str(args.merges),
+        ],
+    )
     encoder_json, vocab_bpe, dict_txt = bpe_dir / "encoder.json", bpe_dir / "vocab.bpe", bpe_dir / "dict.txt"
     for name in [*splits, *(f"cls.{split}" for split in splits)]:
-        run(f"bpe-encode-{name}", [*roberta_ext_cli, "bpe-encode", "--encoder-json", str(encoder_json),
-                                   "--vocab-bpe", str(vocab_bpe), "--inputs", str(corpus / f"{name}.txt"),
-                                   "--outputs", str(corpus / f"{name}.bpe"), "--keep-empty",
-                                   "--workers", str(args.workers)])
+        run(
+            f"bpe-encode-{name}",
+            [
+                *roberta_ext_cli,
+                "bpe-encode",
+                "--encoder-json",
+                str(encoder_json),
+                "--vocab-bpe",
+                str(vocab_bpe),
+                "--inputs",
+                str(corpus / f"{name}.txt"),
+                "--outputs",
+                str(corpus / f"{name}.bpe"),
+                "--keep-empty",
+                "--workers",
+                str(args.workers),
+            ],
+        )
 
     print("\n3. binarize with fairseq-preprocess")
     data = out / "data-bin"
-    run("preprocess", [str(BIN / "fairseq-preprocess"), "--only-source", "--srcdict", str(dict_txt),
-                       "--trainpref", str(corpus / "train.bpe"), "--validpref", str(corpus / "valid.bpe"),
-                       "--testpref", str(corpus / "test.bpe"), "--destdir", str(data), "--workers", str(args.workers)])
+    run(
+        "preprocess",
+        [
+            str(BIN / "fairseq-preprocess"),
+            "--only-source",
+            "--srcdict",
+            str(dict_txt),
+            "--trainpref",
+            str(corpus / "train.bpe"),
+            "--validpref",
+            str(corpus / "valid.bpe"),
+            "--testpref",
+            str(corpus / "test.bpe"),
+            "--destdir",
+            str(data),
+            "--workers",
+            str(args.workers),
+        ],
+    )
     cls_data = out / "cls-bin"
-    run("preprocess-input0", [str(BIN / "fairseq-preprocess"), "--only-source", "--srcdict", str(dict_txt),
-                              "--trainpref", str(corpus / "cls.train.bpe"), "--validpref", str(corpus / "cls.valid.bpe"),
-                              "--destdir", str(cls_data / "input0"), "--workers", str(args.workers)])
-    run("preprocess-label", [str(BIN / "fairseq-preprocess"), "--only-source", "--trainpref",
-                             str(corpus / "cls.train.label"), "--validpref", str(corpus / "cls.valid.label"),
-                             "--destdir", str(cls_data / "label"), "--workers", "1"])
+    run(
+        "preprocess-input0",
+        [
+            str(BIN / "fairseq-preprocess"),
+            "--only-source",
+            "--srcdict",
+            str(dict_txt),
+            "--trainpref",
+            str(corpus / "cls.train.bpe"),
+            "--validpref",
+            str(corpus / "cls.valid.bpe"),
+            "--destdir",
+            str(cls_data / "input0"),
+            "--workers",
+            str(args.workers),
+        ],
+    )
+    run(
+        "preprocess-label",
+        [
+            str(BIN / "fairseq-preprocess"),
+            "--only-source",
+            "--trainpref",
+            str(corpus / "cls.train.label"),
+            "--validpref",
+            str(corpus / "cls.valid.label"),
+            "--destdir",
+            str(cls_data / "label"),
+            "--workers",
+            "1",
+        ],
+    )
 
-    model = ["--arch", "roberta_ext_base", "--encoder-layers", str(args.layers), "--encoder-embed-dim", str(args.dim),
-             "--encoder-ffn-embed-dim", str(4 * args.dim), "--encoder-attention-heads", str(max(1, args.dim // 32)),
-             "--max-positions", str(args.tokens_per_sample)]
-    common = ["--user-dir", str(PACKAGE), "--cpu", "--num-workers", "0", "--seed", str(args.seed),
-              "--log-format", "json", "--log-interval", "50", "--no-epoch-checkpoints", "--optimizer", "adam",
-              "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6", "--clip-norm", "1.0", "--weight-decay", "0.01",
-              "--lr-scheduler", "polynomial_decay"]
+    model = [
+        "--arch",
+        "roberta_ext_base",
+        "--encoder-layers",
+        str(args.layers),
+        "--encoder-embed-dim",
+        str(args.dim),
+        "--encoder-ffn-embed-dim",
+        str(4 * args.dim),
+        "--encoder-attention-heads",
+        str(max(1, args.dim // 32)),
+        "--max-positions",
+        str(args.tokens_per_sample),
+    ]
+    common = [
+        "--user-dir",
+        str(PACKAGE),
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--seed",
+        str(args.seed),
+        "--log-format",
+        "json",
+        "--log-interval",
+        "50",
+        "--no-epoch-checkpoints",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--adam-eps",
+        "1e-6",
+        "--clip-norm",
+        "1.0",
+        "--weight-decay",
+        "0.01",
+        "--lr-scheduler",
+        "polynomial_decay",
+    ]
 
     print("\n4. pretrain a small RoBERTa (masked LM, whole-word masking)")
     pretrain_dir = out / "pretrain"
     for f in (encoder_json, vocab_bpe):  # whole-word masking reads word starts from the BPE files
         shutil.copy(f, data / f.name)
-    pretrain_log = run("pretrain", [
-        str(BIN / "fairseq-train"), str(data), "--task", "roberta_ext_mlm", "--criterion", "roberta_ext_mlm",
-        *model, *common, "--tokens-per-sample", str(args.tokens_per_sample), "--sample-break-mode", "none",
-        "--mask-whole-words", "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-        "--warmup-updates", str(max(1, args.pretrain_updates // 10)), "--total-num-update", str(args.pretrain_updates),
-        "--max-update", str(args.pretrain_updates), "--validate-interval", "1000", "--save-interval", "1000",
-        "--validate-interval-updates", str(max(1, args.pretrain_updates // 4)),
-        "--save-interval-updates", str(max(1, args.pretrain_updates // 4)), "--keep-interval-updates", "1",
-        "--save-dir", str(pretrain_dir)], stream=True)
+    pretrain_log = run(
+        "pretrain",
+        [
+            str(BIN / "fairseq-train"),
+            str(data),
+            "--task",
+            "roberta_ext_mlm",
+            "--criterion",
+            "roberta_ext_mlm",
+            *model,
+            *common,
+            "--tokens-per-sample",
+            str(args.tokens_per_sample),
+            "--sample-break-mode",
+            "none",
+            "--mask-whole-words",
+            "--batch-size",
+            str(args.batch_size),
+            "--lr",
+            str(args.lr),
+            "--warmup-updates",
+            str(max(1, args.pretrain_updates // 10)),
+            "--total-num-update",
+            str(args.pretrain_updates),
+            "--max-update",
+            str(args.pretrain_updates),
+            "--validate-interval",
+            "1000",
+            "--save-interval",
+            "1000",
+            "--validate-interval-updates",
+            str(max(1, args.pretrain_updates // 4)),
+            "--save-interval-updates",
+            str(max(1, args.pretrain_updates // 4)),
+            "--keep-interval-updates",
+            "1",
+            "--save-dir",
+            str(pretrain_dir),
+        ],
+        stream=True,
+    )
 
     print("\n5. fine-tune: is a docstring a class's or a function's?")
     finetune_dir = out / "finetune"
-    finetune_log = run("finetune", [
-        str(BIN / "fairseq-train"), str(cls_data), "--task", "roberta_ext_classification",
-        "--criterion", "roberta_ext_classification", *model, *common, "--num-classes", "2",
-        "--init-token", "0", "--separator-token", "2", "--shorten-method", "truncate",
-        "--batch-size", str(args.batch_size), "--lr", "5e-4", "--warmup-updates", str(max(1, args.finetune_updates // 10)),
-        "--total-num-update", str(args.finetune_updates), "--max-update", str(args.finetune_updates),
-        "--restore-file", str(pretrain_dir / "checkpoint_last.pt"), "--reset-optimizer", "--reset-dataloader",
-        "--reset-meters", "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-        "--save-dir", str(finetune_dir)], stream=True)
+    finetune_log = run(
+        "finetune",
+        [
+            str(BIN / "fairseq-train"),
+            str(cls_data),
+            "--task",
+            "roberta_ext_classification",
+            "--criterion",
+            "roberta_ext_classification",
+            *model,
+            *common,
+            "--num-classes",
+            "2",
+            "--init-token",
+            "0",
+            "--separator-token",
+            "2",
+            "--shorten-method",
+            "truncate",
+            "--batch-size",
+            str(args.batch_size),
+            "--lr",
+            "5e-4",
+            "--warmup-updates",
+            str(max(1, args.finetune_updates // 10)),
+            "--total-num-update",
+            str(args.finetune_updates),
+            "--max-update",
+            str(args.finetune_updates),
+            "--restore-file",
+            str(pretrain_dir / "checkpoint_last.pt"),
+            "--reset-optimizer",
+            "--reset-dataloader",
+            "--reset-meters",
+            "--best-checkpoint-metric",
+            "accuracy",
+            "--maximize-best-checkpoint-metric",
+            "--save-dir",
+            str(finetune_dir),
+        ],
+        stream=True,
+    )
 
     # A model folder like the released ones: checkpoint + dictionary + BPE files side by side.
     for folder in (pretrain_dir, finetune_dir):
@@ -260,14 +444,17 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copytree(cls_data / "label", finetune_dir / "label", dirs_exist_ok=True)
 
     print("\n6. use both checkpoints through torch.hub.load(..., source='local')")
-    roberta = torch.hub.load(str(REPO), "roberta", str(pretrain_dir), checkpoint_file="checkpoint_best.pt",
-                             source="local", trust_repo=True)
+    roberta = torch.hub.load(
+        str(REPO), "roberta", str(pretrain_dir), checkpoint_file="checkpoint_best.pt", source="local", trust_repo=True
+    )
     sentence = "Return the number of items in the sequence."
     tokens = roberta.encode(sentence)
     print(f"   encode({sentence!r})\n      -> {tokens.tolist()}")
     print(f"   decode(...) == the sentence: {roberta.decode(tokens) == sentence}")
-    print(f"   extract_features -> {tuple(roberta.extract_features(tokens).shape)}; return_all_hiddens -> "
-          f"{len(roberta.extract_features(tokens, return_all_hiddens=True))} tensors (embeddings + {args.layers} layers)")
+    print(
+        f"   extract_features -> {tuple(roberta.extract_features(tokens).shape)}; return_all_hiddens -> "
+        f"{len(roberta.extract_features(tokens, return_all_hiddens=True))} tensors (embeddings + {args.layers} layers)"
+    )
     for masked in ("Return the number of <mask> in the sequence.", "Raise ValueError if the <mask> is empty."):
         print(f"   fill_mask({masked!r}):")
         for text, prob, token in roberta.fill_mask(masked, topk=3):
@@ -276,23 +463,28 @@ def main(argv: list[str] | None = None) -> int:
     valid_bits = last_valid(pretrain_log, "loss")
     unigram = unigram_perplexity(corpus / "train.bpe", corpus / "valid.bpe")
     if valid_bits is not None:
-        print(f"   validation perplexity of masked tokens: {2 ** valid_bits:.1f}   "
-              f"(unigram baseline, no context: {unigram:.1f})")
+        print(
+            f"   validation perplexity of masked tokens: {2**valid_bits:.1f}   "
+            f"(unigram baseline, no context: {unigram:.1f})"
+        )
 
-    classifier = torch.hub.load(str(REPO), "roberta", str(finetune_dir), checkpoint_file="checkpoint_best.pt",
-                                source="local", trust_repo=True)
+    classifier = torch.hub.load(
+        str(REPO), "roberta", str(finetune_dir), checkpoint_file="checkpoint_best.pt", source="local", trust_repo=True
+    )
     test_rows = labelled["test"]
     correct = 0
     with torch.no_grad():
         for start in range(0, len(test_rows), 64):
-            chunk = test_rows[start:start + 64]
+            chunk = test_rows[start : start + 64]
             # Cut long docstrings as --shorten-method truncate did in training.
             tokens, _ = classifier.collate([classifier.encode(text)[: classifier.max_positions()] for text, _ in chunk])
             predicted = classifier.predict_label("sentence_classification_head", tokens)
             correct += sum(p == kind for p, (_, kind) in zip(predicted, chunk))
     majority = max(Counter(kind for _, kind in test_rows).values()) / len(test_rows)
-    print(f"   held-out accuracy (class vs function, {len(test_rows)} docstrings): {correct / len(test_rows):.3f}   "
-          f"(majority class: {majority:.3f}; validation accuracy in training: {last_valid(finetune_log, 'accuracy')})")
+    print(
+        f"   held-out accuracy (class vs function, {len(test_rows)} docstrings): {correct / len(test_rows):.3f}   "
+        f"(majority class: {majority:.3f}; validation accuracy in training: {last_valid(finetune_log, 'accuracy')})"
+    )
     print(f"\nquickstart finished in {(time.time() - started) / 60:.1f} min; everything is in {out}")
     return 0
 

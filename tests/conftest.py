@@ -3,7 +3,6 @@ with fairseq blocked."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import peers
 from tests.bpe_fixtures import BpeFiles, build_bpe_files
 
 TESTS = Path(__file__).resolve().parent
@@ -28,6 +28,14 @@ BLOCK_SNIPPET = (
     "            raise ModuleNotFoundError('No module named %r (blocked by the test)' % name, name=name)\n"
     "sys.meta_path.insert(0, _Block())\n"
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{peers.MARKER}(module, reason): the test needs this peer (tests/peers.py)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    peers.check_marks(item)  # skips, or fails with ROBERTA_EXT_REQUIRE_PEERS=1, when a peer is missing
 
 
 def run_without_fairseq(program: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -55,8 +63,7 @@ def fairseq_reference(tmp_path_factory) -> dict:
     by fairseq's ``RobertaHubInterface``) and ``outputs_ours.pt`` (recorded by ours in a process
     where fairseq, omegaconf and hydra cannot be imported). See ``tests/fairseq_reference.py``.
     """
-    if importlib.util.find_spec("fairseq") is None:
-        pytest.skip("fairseq is not installed: reference checkpoints cannot be built")
+    peers.require_installed("fairseq", "the reference checkpoints are built by fairseq")
     out = tmp_path_factory.mktemp("fairseq_reference")
     module = "tests.fairseq_reference"
     result = subprocess.run(
@@ -82,11 +89,15 @@ def quickstart_out(tmp_path_factory) -> Path:
     """``python -m roberta_ext quickstart`` (:data:`QUICKSTART_SMALL`) run once: its
     ``quickstart_out/`` folder (``pretrain/``, ``finetune/``, data), with the report it printed
     in ``report.txt``. About 45 s on 2 cores."""
-    if importlib.util.find_spec("fairseq") is None:
-        pytest.skip("fairseq is not installed: the quickstart trains with fairseq-train")
+    peers.require_installed("fairseq", "the quickstart trains with fairseq-train")
     out = tmp_path_factory.mktemp("quickstart") / "quickstart_out"
-    result = subprocess.run([sys.executable, "-m", "roberta_ext", "quickstart", "--out", str(out), *QUICKSTART_SMALL],
-                            cwd=REPO, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", "roberta_ext", "quickstart", "--out", str(out), *QUICKSTART_SMALL],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     (out / "report.txt").write_text(result.stdout, encoding="utf-8")
     return out

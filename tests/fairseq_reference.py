@@ -30,11 +30,11 @@ from pathlib import Path
 # (which torch 2.13 restricts to weights) is safe here and is the reference path.
 os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from tests.bpe_fixtures import build_bpe_files  # noqa: E402
-from tests.reference_texts import FILL_MASK_INPUTS, PAIRS, TEXTS  # noqa: E402
+from tests.bpe_fixtures import build_bpe_files
+from tests.reference_texts import FILL_MASK_INPUTS, PAIRS, TEXTS
 
 SMALL = ["--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4"]
 LAYOUTS = {
@@ -44,9 +44,18 @@ LAYOUTS = {
     "dictconfig": dict(extra=["--encoder-layers", "2", *SMALL], seed=4, head=None),
     "preln": dict(extra=["--encoder-layers", "2", "--encoder-normalize-before", *SMALL], seed=5, head=None),
     "deep24": dict(
-        extra=["--encoder-layers", "24", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-               "--encoder-attention-heads", "2"],
-        seed=6, head=None,
+        extra=[
+            "--encoder-layers",
+            "24",
+            "--encoder-embed-dim",
+            "16",
+            "--encoder-ffn-embed-dim",
+            "32",
+            "--encoder-attention-heads",
+            "2",
+        ],
+        seed=6,
+        head=None,
     ),
     "finetuned": dict(extra=["--encoder-layers", "2", *SMALL], seed=7, head=("sentence_classification_head", 2)),
 }
@@ -95,10 +104,19 @@ def build(layout: str, spec: dict, out: Path, bpe: tuple[Path, Path, Path]) -> P
     cfg_container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     # What fairseq's trainer writes besides the weights (numpy scalars included).
     training_state = {
-        "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "FairseqAdam",
-                               "lr_scheduler_state": {"best": np.float64(2.5)}, "num_updates": 10}],
-        "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 10}, "best": np.float64(2.5),
-                        "previous_training_time": 1.5},
+        "optimizer_history": [
+            {
+                "criterion_name": "MaskedLmLoss",
+                "optimizer_name": "FairseqAdam",
+                "lr_scheduler_state": {"best": np.float64(2.5)},
+                "num_updates": 10,
+            }
+        ],
+        "extra_state": {
+            "train_iterator": {"epoch": 1, "iterations_in_epoch": 10},
+            "best": np.float64(2.5),
+            "previous_training_time": 1.5,
+        },
     }
     if layout in ("legacy_args", "release2019"):
         state = {"args": args, "model": state_dict, **training_state}
@@ -152,7 +170,9 @@ def record(model_dir: Path, encoder_json: Path, vocab_bpe: Path, impl: str) -> d
         for tokens in sample:
             ref["features"].append(hub.extract_features(tokens).squeeze(0))
         ref["all_hiddens"] = [h.squeeze(0) for h in hub.extract_features(sample[1], return_all_hiddens=True)]
-        padded = torch.nn.utils.rnn.pad_sequence(sample, batch_first=True, padding_value=hub.task.source_dictionary.pad())
+        padded = torch.nn.utils.rnn.pad_sequence(
+            sample, batch_first=True, padding_value=hub.task.source_dictionary.pad()
+        )
         ref["padded_tokens"] = padded
         ref["padded_features"] = hub.extract_features(padded)
         heads = list(hub.model.classification_heads)
@@ -169,20 +189,24 @@ def record(model_dir: Path, encoder_json: Path, vocab_bpe: Path, impl: str) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--impl", choices=["fairseq", "ours"], default="fairseq",
-                        help="fairseq: build the checkpoints and record fairseq's outputs; "
-                             "ours: record our hub's outputs on checkpoints built before")
+    parser.add_argument(
+        "--impl",
+        choices=["fairseq", "ours"],
+        default="fairseq",
+        help="fairseq: build the checkpoints and record fairseq's outputs; "
+        "ours: record our hub's outputs on checkpoints built before",
+    )
     args = parser.parse_args()
     out: Path = args.out_dir
     if args.impl == "fairseq":
         out.mkdir(parents=True, exist_ok=True)
         bpe = build_bpe_files(out / "bpe")
         manifest = {"encoder_json": str(bpe[0]), "vocab_bpe": str(bpe[1]), "models": {}}
-        for layout, spec in LAYOUTS.items():
-            manifest["models"][layout] = str(build(layout, spec, out, bpe))
+        for name, spec in LAYOUTS.items():
+            manifest["models"][name] = str(build(name, spec, out, bpe))
         (out / "manifest.json").write_text(json.dumps(manifest))
     manifest = json.loads((out / "manifest.json").read_text())
-    for layout, model_dir in manifest["models"].items():
+    for model_dir in manifest["models"].values():
         outputs = record(Path(model_dir), Path(manifest["encoder_json"]), Path(manifest["vocab_bpe"]), args.impl)
         torch.save(outputs, Path(model_dir) / f"outputs_{args.impl}.pt")
 

@@ -28,8 +28,9 @@ def make_model_dir(directory: Path, bpe_files, *, layers: int = 2, max_positions
     directory.mkdir(parents=True, exist_ok=True)
     vocab = len(Dictionary.load(bpe_files.dict_txt)) + 1  # + <mask>
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset("tiny", vocab_size=vocab, encoder_layers=layers,
-                                              max_positions=max_positions))
+    model = RobertaModel(
+        EncoderConfig.preset("tiny", vocab_size=vocab, encoder_layers=layers, max_positions=max_positions)
+    )
     data = directory
     if labels:
         model.register_classification_head("sentence_classification_head", num_classes=len(labels))
@@ -75,10 +76,18 @@ def test_hub_imports_where_fairseq_is_set_to_none(model_dir):
     """``sys.modules["fairseq"] = None`` is a common way to make fairseq unimportable; the key
     is present, so the package must not take it for a loaded fairseq and import the plugin."""
     result = subprocess.run(
-        [sys.executable, "-c", "import sys\nsys.modules['fairseq'] = None\nimport roberta_ext\n"
-         "hub = roberta_ext.from_pretrained(sys.argv[1])\nprint(hub.decode(hub.encode('Hello world!')))\n"
-         "assert 'roberta_ext.fairseq_plugin' not in sys.modules", str(model_dir)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import sys\nsys.modules['fairseq'] = None\nimport roberta_ext\n"
+            "hub = roberta_ext.from_pretrained(sys.argv[1])\nprint(hub.decode(hub.encode('Hello world!')))\n"
+            "assert 'roberta_ext.fairseq_plugin' not in sys.modules",
+            str(model_dir),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout == "Hello world!\n"

@@ -17,8 +17,12 @@ from roberta_ext.tokenizers.sentencepiece_tokenizer import SentencePieceTokenize
 from roberta_ext.tokenizers.wordpiece import WordPieceTokenizer, train_wordpiece_vocab, write_vocab
 from tests.conftest import REPO
 
-CORPUS = ["The quick brown fox jumps over the lazy dog.", "Alice lives in Paris; Bob lives in Berlin.",
-          "Numbers like 1,234 and 56 appear too.", "A second sentence follows the first one."] * 20
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Alice lives in Paris; Bob lives in Berlin.",
+    "Numbers like 1,234 and 56 appear too.",
+    "A second sentence follows the first one.",
+] * 20
 
 
 def fairseq_dir(directory: Path, pieces: list[list[str]], preset: str, *, labels: list[str] | None = None) -> Path:

@@ -20,7 +20,10 @@ ATOL = 1e-4
 
 def outputs(reference: dict, layout: str) -> tuple[dict, dict]:
     model_dir = Path(reference[layout])
-    load = lambda name: torch.load(model_dir / f"outputs_{name}.pt", weights_only=True)  # noqa: E731
+
+    def load(name):
+        return torch.load(model_dir / f"outputs_{name}.pt", weights_only=True)
+
     return load("fairseq"), load("ours")
 
 

@@ -19,11 +19,31 @@ from roberta_ext import qa
 from roberta_ext.hub import RobertaHubInterface
 from roberta_ext.modeling import EncoderConfig, RobertaModel
 from roberta_ext.tokenizers.dictionary import Dictionary
-from roberta_ext.tokenizers.gpt2_bpe import FairseqGPT2Tokenizer, GPT2BPE
+from roberta_ext.tokenizers.gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer
 from tests.bpe_fixtures import UNICODE_SAMPLES
 
-SYLLABLES = ("zor", "bia", "quel", "vas", "tlon", "mir", "dak", "sen", "plo", "rug", "fen", "kai", "lor", "bex",
-             "nim", "ost", "ya", "ter", "gu", "wi")
+SYLLABLES = (
+    "zor",
+    "bia",
+    "quel",
+    "vas",
+    "tlon",
+    "mir",
+    "dak",
+    "sen",
+    "plo",
+    "rug",
+    "fen",
+    "kai",
+    "lor",
+    "bex",
+    "nim",
+    "ost",
+    "ya",
+    "ter",
+    "gu",
+    "wi",
+)
 # relation -> (fact, questions). The relation word comes right before the answer in the fact.
 RELATIONS = {
     "capital": ("{c} has the capital {a}.", ("What is the capital of {c}?",)),
@@ -75,23 +95,29 @@ def tokenizer(bpe_files) -> FairseqGPT2Tokenizer:
 
 # ---------------------------------------------------------------------------------- data
 
+
 def test_generated_records_parse_and_point_at_their_answers():
     records = make_qa_records(random.Random(0), 200)
     examples = qa.parse_examples(records)
     assert any(not e.answers for e in examples) and any(e.answers for e in examples)
     for example in examples:
         for text, start in example.answers:
-            assert example.context[start:start + len(text)] == text
+            assert example.context[start : start + len(text)] == text
 
 
-@pytest.mark.parametrize("records,message", [
-    ({"question": "q"}, "JSON list"),
-    ([{"question": "", "context": "c", "answers": []}], "example 0: 'question'"),
-    ([{"question": "q", "context": "Ann ran.", "answers": [{"text": "Ann", "answer_start": 1}]}],
-     "not at character 1"),
-    ([{"question": "q", "context": "Ann ran.", "answers": [{"text": "Ann"}]}], "answer_start"),
-    ([{"question": "q", "context": "Ann ran.", "answers": "Ann"}], "'answers' must be a list"),
-])
+@pytest.mark.parametrize(
+    "records,message",
+    [
+        ({"question": "q"}, "JSON list"),
+        ([{"question": "", "context": "c", "answers": []}], "example 0: 'question'"),
+        (
+            [{"question": "q", "context": "Ann ran.", "answers": [{"text": "Ann", "answer_start": 1}]}],
+            "not at character 1",
+        ),
+        ([{"question": "q", "context": "Ann ran.", "answers": [{"text": "Ann"}]}], "answer_start"),
+        ([{"question": "q", "context": "Ann ran.", "answers": "Ann"}], "'answers' must be a list"),
+    ],
+)
 def test_bad_records_name_the_example_and_the_problem(records, message):
     with pytest.raises(ValueError, match=message):
         qa.parse_examples(records)
@@ -107,6 +133,7 @@ def test_load_examples_reads_json(tmp_path):
 
 
 # ------------------------------------------------------------------------------ offsets
+
 
 @pytest.mark.parametrize("text", [*UNICODE_SAMPLES[:12], "Zorbia's capital,  Quelm (est. 1901)!", "  lead"])
 def test_every_token_maps_back_to_the_characters_of_its_word(tokenizer, text):
@@ -131,11 +158,12 @@ def test_answer_tokens_are_the_answer(tokenizer):
         ids, spans = qa.tokenize_with_offsets(tokenizer.encode, example.context)
         text, start = example.answers[0]
         first, last = qa.answer_token_span(spans, start, start + len(text))
-        assert tokenizer.decode(ids[first:last + 1]).strip() == text
-        assert example.context[spans[first][0]:spans[last][1]] == text
+        assert tokenizer.decode(ids[first : last + 1]).strip() == text
+        assert example.context[spans[first][0] : spans[last][1]] == text
 
 
 # ------------------------------------------------------------------------------ windows
+
 
 def test_windows_cover_the_context_with_the_stride_and_label_only_whole_answers():
     context = list(range(100, 160))  # 60 context tokens
@@ -149,7 +177,7 @@ def test_windows_cover_the_context_with_the_stride_and_label_only_whole_answers(
         holds = w.context_start <= 30 and 33 < w.context_start + capacity
         assert (w.start >= 0) == holds
         if holds:
-            assert w.context[w.start:w.end + 1] == context[30:34]
+            assert w.context[w.start : w.end + 1] == context[30:34]
     short = qa.make_windows([7], [1, 2, 3], max_positions=64)
     assert len(short) == 1 and short[0].context == [1, 2, 3] and short[0].start == -1
     with pytest.raises(ValueError, match="stride"):
@@ -163,10 +191,13 @@ def test_questions_are_cut_to_max_question_tokens():
     assert windows[0].question == list(range(10))
 
 
-@pytest.mark.parametrize("preset,expected,segments", [
-    ("tiny", [0, 7, 8, 2, 2, 20, 21, 22, 2], None),                                # <s> q </s> </s> c </s>
-    ("bert-tiny", [0, 7, 8, 2, 20, 21, 22, 2], [0, 0, 0, 0, 1, 1, 1, 1]),          # [CLS] q [SEP] c [SEP]
-])
+@pytest.mark.parametrize(
+    "preset,expected,segments",
+    [
+        ("tiny", [0, 7, 8, 2, 2, 20, 21, 22, 2], None),  # <s> q </s> </s> c </s>
+        ("bert-tiny", [0, 7, 8, 2, 20, 21, 22, 2], [0, 0, 0, 0, 1, 1, 1, 1]),  # [CLS] q [SEP] c [SEP]
+    ],
+)
 def test_collate_follows_the_models_pair_layout(preset, expected, segments):
     layout = qa.pair_layout(EncoderConfig.preset(preset))
     windows = [qa.QAWindow([7, 8], [20, 21, 22], 0, start=1, end=2), qa.QAWindow([7], [20], 0)]
@@ -175,7 +206,7 @@ def test_collate_follows_the_models_pair_layout(preset, expected, segments):
     offset = batch.context_offsets[0]
     assert batch.starts.tolist() == [offset + 1, 0] and batch.ends.tolist() == [offset + 2, 0]
     assert batch.candidates[0].nonzero().view(-1).tolist() == [0, offset, offset + 1, offset + 2]
-    assert batch.tokens[1, len(expected) - 2:].eq(1).all()  # the shorter row is padded
+    assert batch.tokens[1, len(expected) - 2 :].eq(1).all()  # the shorter row is padded
     if segments is None:
         assert batch.segment_labels is None
     else:
@@ -200,6 +231,7 @@ def test_loss_is_cross_entropy_over_candidates():
 
 # ------------------------------------------------------------------------------- answer
 
+
 class ScoringModel(torch.nn.Module):
     """A stand-in QA model: start logit ``+5`` on ``start_token``, end logit ``+5`` on
     ``end_token``, ``null`` for both at position 0, zero elsewhere."""
@@ -223,24 +255,26 @@ class ScoringModel(torch.nn.Module):
 
 
 def scoring_hub(tokenizer, model, max_positions=512):
-    return SimpleNamespace(model=model, tokenizer=tokenizer, dictionary=tokenizer.dictionary,
-                           max_positions=lambda: max_positions)
+    return SimpleNamespace(
+        model=model, tokenizer=tokenizer, dictionary=tokenizer.dictionary, max_positions=lambda: max_positions
+    )
 
 
 @pytest.mark.parametrize("family", ["roberta", "bert"])
 def test_answer_gives_the_exact_substring_of_the_best_span(tokenizer, family):
     context = "Zorbia has the capital Quelmdaktlon. It uses the currency Vask."
     ids, spans = qa.tokenize_with_offsets(tokenizer.encode, context)
-    word = [i for i, s in zip(ids, spans) if context[s[0]:s[1]] == "Quelmdaktlon"]
+    word = [i for i, s in zip(ids, spans) if context[s[0] : s[1]] == "Quelmdaktlon"]
     assert len(word) >= 2, "the test wants a multi-token answer"
     hub = scoring_hub(tokenizer, ScoringModel(word[0], word[-1], null=-1.0, family=family))
     got = qa.answer(hub, "What is the capital of Zorbia?", context)
     assert got and (got.text, got.start, got.end) == ("Quelmdaktlon", 23, 35)
-    assert context[got.start:got.end] == got.text
+    assert context[got.start : got.end] == got.text
     assert got.score == pytest.approx(10.0) and got.null_score == pytest.approx(-2.0)
     # The no-answer score wins when it is higher.
-    unanswerable = qa.answer(scoring_hub(tokenizer, ScoringModel(word[0], word[-1], null=6.0, family=family)),
-                             "Who leads Zorbia?", context)
+    unanswerable = qa.answer(
+        scoring_hub(tokenizer, ScoringModel(word[0], word[-1], null=6.0, family=family)), "Who leads Zorbia?", context
+    )
     assert not unanswerable and unanswerable.text == "" and unanswerable.start is None
     # A span longer than max_answer_tokens is out of reach: the best one left has one end only.
     # (Its text is still the whole word: offsets are per word.)
@@ -251,11 +285,16 @@ def test_answer_searches_every_window_of_a_long_context(tokenizer):
     filler = " ".join(["The weather is mild."] * 40)
     context = f"{filler} Zorbia has the capital Quelm. {filler}"
     ids, spans = qa.tokenize_with_offsets(tokenizer.encode, context)
-    word = [i for i, s in zip(ids, spans) if context[s[0]:s[1]] == "Quelm"]
+    word = [i for i, s in zip(ids, spans) if context[s[0] : s[1]] == "Quelm"]
     model = ScoringModel(word[0], word[-1], null=-1.0)
-    got = qa.answer(scoring_hub(tokenizer, model, max_positions=64), "What is the capital of Zorbia?", context,
-                    stride=20, batch_size=4)
-    assert got.text == "Quelm" and context[got.start:got.end] == "Quelm"
+    got = qa.answer(
+        scoring_hub(tokenizer, model, max_positions=64),
+        "What is the capital of Zorbia?",
+        context,
+        stride=20,
+        batch_size=4,
+    )
+    assert got.text == "Quelm" and context[got.start : got.end] == "Quelm"
     assert len(model.calls) > 2 and all(t.size(1) <= 64 for t in model.calls)  # several batches of windows
 
 
@@ -270,7 +309,7 @@ def test_answer_with_a_real_model_and_hub(tokenizer):
     context = "Ann ran home. Bob stayed."
     got = qa.answer(hub, "Who ran?", context)
     assert model.training, "answer leaves the model's mode as it found it"
-    assert got.text == "" or context[got.start:got.end] == got.text
+    assert got.text == "" or context[got.start : got.end] == got.text
     model.register_token_head("tags", 3)
     with pytest.raises(ValueError, match="3 labels"):
         qa.answer(hub, "Who?", context, head="tags")

@@ -6,20 +6,18 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import REPO
-
-pytest.importorskip("fairseq")
 
 
 def test_quickstart_runs_end_to_end_briefly_trained(quickstart_out):
     """The default shapes and vocabulary, 8 + 4 updates (the session's ``quickstart_out``
-    fixture, which docs/ runs its examples on too)."""
+    fixture, which docs/ runs its examples on too; it needs fairseq, the ``--help`` test does not)."""
     report = (quickstart_out / "report.txt").read_text(encoding="utf-8")
     assert "decode(...) == the sentence: True" in report
     assert "return_all_hiddens -> 5 tensors" in report  # 4 layers + the embeddings
-    assert re.search(r"validation perplexity of masked tokens: [\d.]+ +\(unigram baseline, no context: [\d.]+\)", report)
+    assert re.search(
+        r"validation perplexity of masked tokens: [\d.]+ +\(unigram baseline, no context: [\d.]+\)", report
+    )
     assert re.search(r"held-out accuracy \(class vs function, \d+ docstrings\): [\d.]+", report)
     assert len(re.findall(r"^      +[\d.]+  '", report, re.M)) == 6  # 2 fill_mask calls x top 3
     for folder in ("pretrain", "finetune"):
@@ -27,6 +25,11 @@ def test_quickstart_runs_end_to_end_briefly_trained(quickstart_out):
 
 
 def test_quickstart_help():
-    result = subprocess.run([sys.executable, "-m", "roberta_ext", "quickstart", "--help"], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "roberta_ext", "quickstart", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and "--pretrain-updates" in result.stdout

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
-from ..modeling import EncoderConfig, RobertaModel, electra, spanbert
+from .._io import atomic_path
+from ..families import get_family
+from ..modeling import EncoderConfig, RobertaModel
+from ..modeling.config import CHECKPOINT_OPTIONS, FAIRSEQ_NAMES
 from .safe_load import CheckpointError, load_checkpoint_file
+from .state import drop_pretraining_modules, load_state_strict
 
 # (pattern, replacement) applied in order to every key of an old state dict.
 KEY_RENAMES: list[tuple[str, str]] = [
@@ -36,13 +41,6 @@ FUSED_QKV: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj")
 # Keys of the file that carry no weights we need.
 IGNORED_KEYS: tuple[str, ...] = ("encoder.sentence_encoder.embed_positions._float_tensor",)
 _HEAD_KEY = re.compile(r"^(classification_heads|token_heads)\.([^.]+)\.(dense|out_proj)\.weight$")
-MODEL_OPTIONS: tuple[str, ...] = (
-    "encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions",
-    "activation_fn", "pooler_activation_fn", "encoder_normalize_before", "dropout", "attention_dropout",
-    "activation_dropout", "pooler_dropout", "family", "embedding_size", "type_vocab_size", "position_style",
-    "layer_norm_eps", "share_layers", "pooler", "padding_idx",
-)
-"""The :class:`EncoderConfig` fields a checkpoint written here records, under fairseq's names."""
 
 
 @dataclass
@@ -60,9 +58,13 @@ class LoadedCheckpoint:
 def upgrade_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Rewrite any known older layout into today's key names.
 
-    >>> sd = {"decoder.sentence_encoder.layers.0.self_attn.in_proj_weight": torch.zeros(6, 2)}
-    >>> sorted(upgrade_state_dict(sd))
-    ['encoder.sentence_encoder.layers.0.self_attn.k_proj.weight', 'encoder.sentence_encoder.layers.0.self_attn.q_proj.weight', 'encoder.sentence_encoder.layers.0.self_attn.v_proj.weight']
+    >>> sd = {"decoder.sentence_encoder.layers.0.self_attn.in_proj_weight": torch.arange(6.0)[:, None]}
+    >>> for key, tensor in sorted(upgrade_state_dict(sd).items()):
+    ...     print(key, tensor.flatten().tolist())
+    encoder.sentence_encoder.layers.0.self_attn.k_proj.weight [2.0, 3.0]
+    encoder.sentence_encoder.layers.0.self_attn.q_proj.weight [0.0, 1.0]
+    encoder.sentence_encoder.layers.0.self_attn.v_proj.weight [4.0, 5.0]
+    encoder.sentence_encoder.version [3.0]
     """
     upgraded: dict[str, torch.Tensor] = {}
     for key, tensor in state_dict.items():
@@ -143,35 +145,18 @@ def load_roberta_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:
     options, task = model_options(state)
     # fairseq's hub copies weights into a float32 model; do the same for files saved in fp16.
     state_dict = {k: v.float() if v.is_floating_point() else v for k, v in upgrade_state_dict(state["model"]).items()}
-    # ELECTRA's generator and SpanBERT's span boundary head serve pretraining only.
-    state_dict = spanbert.encoder_state(electra.discriminator_state(state_dict))
     cfg = config_from_checkpoint(state_dict, options, path)
     with torch.device("meta"):
-        model = RobertaModel(cfg)
-        if electra.has_discriminator_head(state_dict):  # ELECTRA: replaced-token detection stays servable
-            electra.add_discriminator_head(model)
-    heads = _heads(state_dict)
-    for name, (num_classes, inner_dim) in heads["classification_heads"].items():
-        with torch.device("meta"):
+        # The family decides the model that serves this file (ELECTRA: with its discriminator
+        # head when the file has one); pretraining-only modules the model lacks are dropped.
+        model = get_family(cfg.family).build_serving_model(cfg, state_dict.keys())
+        drop_pretraining_modules(model, state_dict)
+        heads = _heads(state_dict)
+        for name, (num_classes, inner_dim) in heads["classification_heads"].items():
             model.register_classification_head(name, num_classes=num_classes, inner_dim=inner_dim)
-    for name, (num_labels, _) in heads["token_heads"].items():
-        with torch.device("meta"):
+        for name, (num_labels, _) in heads["token_heads"].items():
             model.register_token_head(name, num_labels=num_labels)
-
-    tied = not cfg.untie_weights
-    lm_weight_key = "encoder.lm_head.weight"
-    embed_key = "encoder.sentence_encoder.embed_tokens.weight"
-    if tied and lm_weight_key in state_dict:
-        if not torch.equal(state_dict[lm_weight_key], state_dict[embed_key]):
-            raise CheckpointError(f"{path!r}: the LM head is tied to the embeddings but its weights differ")
-    if tied:
-        state_dict[lm_weight_key] = state_dict[embed_key]
-    _check_keys_and_shapes(model, state_dict, path)
-    # assign=True adopts the loaded (memory-mapped) tensors instead of copying them into
-    # freshly allocated parameters: peak memory stays close to the file size.
-    model.load_state_dict(state_dict, strict=True, assign=True)
-    if tied:
-        model.encoder.lm_head.weight = model.encoder.sentence_encoder.embed_tokens.weight
+    load_state_strict(model, state_dict, source=path)
     return LoadedCheckpoint(model=model.eval(), path=path, options=options, task=task)
 
 
@@ -184,25 +169,10 @@ def _heads(state_dict: Mapping[str, torch.Tensor]) -> dict[str, dict[str, tuple[
         if match:
             kind, name, part = match.groups()
             found[kind].setdefault(name, {})[part] = tensor.shape[0]
-    return {kind: {name: (dims["out_proj"], dims.get("dense")) for name, dims in heads.items() if "out_proj" in dims}
-            for kind, heads in found.items()}
-
-
-def _check_keys_and_shapes(model: RobertaModel, state_dict: Mapping[str, torch.Tensor], path: str) -> None:
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state_dict))
-    unexpected = sorted(set(state_dict) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path!r} does not match a RoBERTa model: "
-            f"missing keys {missing[:6]}{' ...' if len(missing) > 6 else ''}, "
-            f"unexpected keys {unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}"
-        )
-    for key, tensor in expected.items():
-        if tensor.shape != state_dict[key].shape:
-            raise CheckpointError(
-                f"{path!r}: {key} has shape {tuple(state_dict[key].shape)}, the model expects {tuple(tensor.shape)}"
-            )
+    return {
+        kind: {name: (dims["out_proj"], dims.get("dense")) for name, dims in heads.items() if "out_proj" in dims}
+        for kind, heads in found.items()
+    }
 
 
 def save_roberta_checkpoint(
@@ -214,23 +184,25 @@ def save_roberta_checkpoint(
     >>> save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("tiny")), "/tmp/tiny.pt")  # doctest: +SKIP
     """
     cfg = model.cfg
-    options = {"_name": "roberta_ext", "arch": "roberta_ext", "untie_weights_roberta": cfg.untie_weights,
-               **{name: getattr(cfg, name) for name in MODEL_OPTIONS}}
+    options = {
+        "_name": "roberta_ext",
+        "arch": "roberta_ext",
+        **{FAIRSEQ_NAMES[name]: getattr(cfg, name) for name in CHECKPOINT_OPTIONS},
+    }
     state = {
         "args": None,
         "cfg": {"model": options, "task": dict(task or {"_name": "masked_lm"})},
         "model": model.state_dict(),
         # fairseq's loader reads the last entry of this history, so an empty one breaks it.
-        "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "FairseqAdam",
-                               "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+        "optimizer_history": [
+            {
+                "criterion_name": "MaskedLmLoss",
+                "optimizer_name": "FairseqAdam",
+                "lr_scheduler_state": {"best": None},
+                "num_updates": 0,
+            }
+        ],
         "extra_state": {},
     }
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_path(path) as temporary:
+        torch.save(state, temporary)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import os
 import pickle
 import typing
@@ -41,7 +42,7 @@ class _Recorded:
     """Stand-in for an omegaconf object: remembers constructor arguments and pickled state,
     has no behaviour, and runs no code of the original class."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "_Recorded":
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Recorded:
         inst = super().__new__(cls)
         inst.__dict__["_args"] = args
         return inst
@@ -87,7 +88,10 @@ def _numpy_globals() -> list[Any]:
         import numpy as np
     except ImportError:  # numpy scalars cannot occur in a file we can read without numpy
         return []
-    multiarray = np.core.multiarray if int(np.__version__.split(".")[0]) < 2 else np._core.multiarray
+    # By name: numpy 2 warns on numpy.core, and numpy 1's stubs do not know numpy._core.
+    multiarray = importlib.import_module(
+        "numpy.core.multiarray" if int(np.__version__.split(".")[0]) < 2 else "numpy._core.multiarray"
+    )
     found: list[Any] = [np.dtype, np.ndarray]
     # numpy 1 pickles these as numpy.core.*, numpy 2 as numpy._core.*: accept both spellings.
     for name in ("scalar", "_reconstruct"):
@@ -151,7 +155,9 @@ def load_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     state = load_torch_file(path)
     if not isinstance(state, dict) or "model" not in state or not isinstance(state["model"], dict):
         found = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(f"{str(path)!r} is not a fairseq checkpoint: expected a dict with a 'model' state dict, found {found}")
+        raise CheckpointError(
+            f"{str(path)!r} is not a fairseq checkpoint: expected a dict with a 'model' state dict, found {found}"
+        )
     state["args"] = to_plain(state.get("args"))
     state["cfg"] = to_plain(state.get("cfg"))
     return state

@@ -33,7 +33,6 @@ import re
 import shutil
 import sys
 import tarfile
-import tempfile
 import time
 import zipfile
 import zlib
@@ -46,6 +45,8 @@ from urllib.parse import urlsplit
 import requests
 from tqdm import tqdm
 from tqdm.utils import CallbackIOWrapper
+
+from .._io import atomic_directory, atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -323,9 +324,7 @@ def _is_retryable_status(status: int) -> bool:
     return status >= 500 or status in (408, 429)
 
 
-def _download_once(
-    url: str, dest_path: Path, *, timeout: float | tuple[float, float], progress: bool | None
-) -> None:
+def _download_once(url: str, dest_path: Path, *, timeout: float | tuple[float, float], progress: bool | None) -> None:
     try:
         response = requests.get(url, stream=True, timeout=timeout)
     except _CONNECTION_FAILURES as err:
@@ -342,33 +341,23 @@ def _download_once(
 
         content_length = response.headers.get("Content-Length")
         expected_bytes = int(content_length) if content_length is not None else None
-        # A unique temporary name in the destination's directory: os.replace is then an atomic rename,
-        # and two processes fetching the same file cannot write into each other's copy.
-        fd, temp_name = tempfile.mkstemp(dir=dest_path.parent, prefix=f".{dest_path.name}.", suffix=".part")
-        temp_path = Path(temp_name)
-        try:
-            with (
-                os.fdopen(fd, "wb") as out,
-                _progress_bar(total=expected_bytes, desc=dest_path.name, progress=progress) as bar,
-            ):
+        # A unique temporary file beside the destination, renamed onto it only once the whole body
+        # has arrived: two processes fetching the same file cannot write into each other's copy, and
+        # any failure (KeyboardInterrupt included) removes it.
+        with atomic_write(dest_path, "wb") as out:
+            with _progress_bar(total=expected_bytes, desc=dest_path.name, progress=progress) as bar:
                 try:
                     for chunk in response.iter_content(chunk_size=1 << 20):
                         out.write(chunk)
                         bar.update(len(chunk))
                 except _CONNECTION_FAILURES as err:
                     raise _TransientError(f"connection lost during the transfer: {err}") from err
-                out.flush()
-                os.fsync(out.fileno())
             # Checked here rather than trusting urllib3 to notice a short body (not every version does).
             # raw.tell() counts bytes as sent, which is what Content-Length describes even when requests
             # undoes a Content-Encoding.
             received_bytes = response.raw.tell()
             if expected_bytes is not None and received_bytes != expected_bytes:
                 raise _TransientError(f"received {received_bytes} of {expected_bytes} bytes")
-            os.replace(temp_path, dest_path)
-        except BaseException:  # including KeyboardInterrupt: never leave a half-written file behind
-            temp_path.unlink(missing_ok=True)
-            raise
 
 
 def _progress_bar(*, total: int | None, desc: str, progress: bool | None) -> tqdm:
@@ -466,27 +455,23 @@ def _completed_model_dir(entry: Path) -> Path | None:
 
 def _unpack_into_cache(archive: Path, entry: Path, *, source: str, progress: bool | None) -> Path:
     """Unpack ``archive`` as cache entry ``entry`` and return the model directory inside it."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
+    if entry.exists() and _completed_model_dir(entry) is None:
+        # Left by something other than this code (a rename cannot leave a half entry): start afresh.
+        shutil.rmtree(entry)
     # Unpack beside the entry, then rename: the entry appears whole or not at all.
-    staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}.", suffix=".staging"))
     try:
-        _unpack(archive, staging, source=source, progress=progress)
-        top_level = list(staging.iterdir())
-        single_folder = len(top_level) == 1 and top_level[0].is_dir() and not top_level[0].is_symlink()
-        model_dir = top_level[0].name if single_folder else "."
-        # The marker goes in last; it is what `_completed_model_dir` trusts.
-        (staging / MARKER_NAME).write_text(json.dumps({"source": source, "model_dir": model_dir}))
-        if entry.exists() and _completed_model_dir(entry) is None:
-            # Left by something other than this code (a rename cannot leave a half entry): start afresh.
-            shutil.rmtree(entry)
-        try:
-            os.rename(staging, entry)
-        except OSError:
-            # Another process finished the same entry first; its copy is as good as ours.
-            if _completed_model_dir(entry) is None:
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # gone already after a successful rename
+        with atomic_directory(entry) as staging:
+            _unpack(archive, staging, source=source, progress=progress)
+            top_level = list(staging.iterdir())
+            single_folder = len(top_level) == 1 and top_level[0].is_dir() and not top_level[0].is_symlink()
+            model_dir = top_level[0].name if single_folder else "."
+            # The marker goes in last; it is what `_completed_model_dir` trusts.
+            (staging / MARKER_NAME).write_text(json.dumps({"source": source, "model_dir": model_dir}))
+    except FileExistsError:
+        # Another process finished the same entry first; its copy is as good as ours.
+        if (finished := _completed_model_dir(entry)) is None:
+            raise
+        return finished
     return entry / model_dir
 
 
@@ -527,6 +512,4 @@ def _check_member_name(name: str, source: str) -> None:
     # an archive that tries either is broken or hostile, so refuse it instead.
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts:
-        raise ArchiveError(
-            f"refusing to unpack {source}: member {name!r} would land outside the destination"
-        )
+        raise ArchiveError(f"refusing to unpack {source}: member {name!r} would land outside the destination")

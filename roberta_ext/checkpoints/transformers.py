@@ -1,10 +1,12 @@
-"""transformers checkpoints <-> our models, for RoBERTa, BERT and ALBERT (ELECTRA: see
-:data:`FAMILY_TABLES`), without importing transformers.
+"""transformers checkpoints <-> our models, for every family with a
+:class:`~roberta_ext.families.TransformersLayout` (RoBERTa, BERT, ALBERT, ELECTRA), without
+importing transformers.
 
 A transformers directory holds ``config.json``, the weights (``model.safetensors``, sharded
 ``model-0000N-of-0000M.safetensors`` with an index, or ``pytorch_model.bin``) and tokenizer files
 (``vocab.txt``, ``spiece.model`` or ``vocab.json`` + ``merges.txt``). The translation between
-its key names and ours is data — one table per family — and it is strict both ways: every
+its key names and ours is data — one table per family, in the family's module — and it is
+strict both ways (:func:`~roberta_ext.checkpoints.state.load_state_strict`): every
 tensor of the file must be consumed by exactly one of our parameters (or be a known, checked
 duplicate such as a tied decoder), every parameter of ours must be filled, every shape must
 match. ``.bin`` files are read with the same safe unpickler as fairseq checkpoints.
@@ -20,137 +22,41 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
+from .._io import atomic_directory
+from ..families import SEQUENCE_HEAD, Family, TransformersLayout, families, family_of_transformers, get_family
 from ..modeling import EncoderConfig, LMHead, RobertaModel
 from ..modeling.encoder import init_bert_params
-from ..modeling.albert import SENTENCE_ORDER_HEAD
-from ..modeling.bert import NEXT_SENTENCE_HEAD
 from .safe_load import CheckpointError, load_torch_file
+from .state import load_state_strict
 
-SEQUENCE_HEAD = "classifier"
-"""Our name for the head of a ``*ForSequenceClassification`` checkpoint."""
 TOKEN_HEAD = "tagger"
 """Our name for the head of a ``*ForTokenClassification`` checkpoint."""
 QA_HEAD = "qa"
 """Our name for the start/end head of a ``*ForQuestionAnswering`` checkpoint (a 2-label token head)."""
 
 _ENC = "encoder.sentence_encoder."
-_EMBEDDINGS = [  # transformers (under the base prefix) -> ours
-    ("embeddings.word_embeddings", _ENC + "embed_tokens"),
-    ("embeddings.position_embeddings", _ENC + "embed_positions"),
-    ("embeddings.token_type_embeddings", _ENC + "segment_embeddings"),
-    ("embeddings.LayerNorm", _ENC + "layernorm_embedding"),
-]
-_BERT_LAYER = [  # transformers "encoder.layer.{i}." + name -> ours "layers.{i}." + name
-    ("attention.self.query", "self_attn.q_proj"),
-    ("attention.self.key", "self_attn.k_proj"),
-    ("attention.self.value", "self_attn.v_proj"),
-    ("attention.output.dense", "self_attn.out_proj"),
-    ("attention.output.LayerNorm", "self_attn_layer_norm"),
-    ("intermediate.dense", "fc1"),
-    ("output.dense", "fc2"),
-    ("output.LayerNorm", "final_layer_norm"),
-]
-_ALBERT_LAYER = [
-    ("attention.query", "self_attn.q_proj"),
-    ("attention.key", "self_attn.k_proj"),
-    ("attention.value", "self_attn.v_proj"),
-    ("attention.dense", "self_attn.out_proj"),
-    ("attention.LayerNorm", "self_attn_layer_norm"),
-    ("ffn", "fc1"),
-    ("ffn_output", "fc2"),
-    ("full_layer_layer_norm", "final_layer_norm"),
-]
-
-
-@dataclass(frozen=True)
-class FamilyTable:
-    """How one family's transformers checkpoints name things. Module names (``weight`` and
-    ``bias`` are appended); ``{p}`` is the base model's prefix (``bert.``, or nothing for a bare
-    ``BertModel``)."""
-
-    model_type: str
-    base_prefix: str
-    layer_prefix: str  # with {i}
-    layer: list[tuple[str, str]]
-    modules: list[tuple[str, str]]  # outside the layers, in the base model or heads
-    lm_head: list[tuple[str, str]]
-    lm_decoder: str  # the tied output matrix (weight) and its duplicate bias
-    sentence_heads: dict[str, list[tuple[str, str]]]  # architecture suffix -> modules
-    shared_layers: bool = False
-
-
-FAMILY_TABLES: dict[str, FamilyTable] = {
-    "bert": FamilyTable(
-        model_type="bert",
-        base_prefix="bert.",
-        layer_prefix="{p}encoder.layer.{i}.",
-        layer=_BERT_LAYER,
-        modules=[("{p}" + hf, ours) for hf, ours in _EMBEDDINGS] + [("{p}pooler.dense", "pooler.dense")],
-        lm_head=[("cls.predictions.transform.dense", "encoder.lm_head.dense"),
-                 ("cls.predictions.transform.LayerNorm", "encoder.lm_head.layer_norm")],
-        lm_decoder="cls.predictions",
-        sentence_heads={"ForPreTraining": [("cls.seq_relationship", f"classification_heads.{NEXT_SENTENCE_HEAD}.out_proj")],
-                        "ForNextSentencePrediction": [("cls.seq_relationship",
-                                                       f"classification_heads.{NEXT_SENTENCE_HEAD}.out_proj")],
-                        "ForSequenceClassification": [("classifier", f"classification_heads.{SEQUENCE_HEAD}.out_proj")]},
-    ),
-    "roberta": FamilyTable(
-        model_type="roberta",
-        base_prefix="roberta.",
-        layer_prefix="{p}encoder.layer.{i}.",
-        layer=_BERT_LAYER,
-        modules=[("{p}" + hf, ours) for hf, ours in _EMBEDDINGS],
-        lm_head=[("lm_head.dense", "encoder.lm_head.dense"), ("lm_head.layer_norm", "encoder.lm_head.layer_norm")],
-        lm_decoder="lm_head",
-        sentence_heads={"ForSequenceClassification": [
-            ("classifier.dense", f"classification_heads.{SEQUENCE_HEAD}.dense"),
-            ("classifier.out_proj", f"classification_heads.{SEQUENCE_HEAD}.out_proj")]},
-    ),
-    "albert": FamilyTable(
-        model_type="albert",
-        base_prefix="albert.",
-        layer_prefix="{p}encoder.albert_layer_groups.0.albert_layers.0.",
-        layer=_ALBERT_LAYER,
-        modules=[("{p}" + hf, ours) for hf, ours in _EMBEDDINGS]
-        + [("{p}encoder.embedding_hidden_mapping_in", _ENC + "embed_proj"), ("{p}pooler", "pooler.dense")],
-        lm_head=[("predictions.dense", "encoder.lm_head.dense"), ("predictions.LayerNorm", "encoder.lm_head.layer_norm")],
-        lm_decoder="predictions",
-        sentence_heads={"ForPreTraining": [("sop_classifier.classifier",
-                                            f"classification_heads.{SENTENCE_ORDER_HEAD}.out_proj")],
-                        "ForSequenceClassification": [("classifier", f"classification_heads.{SEQUENCE_HEAD}.out_proj")]},
-        shared_layers=True,
-    ),
-    # ELECTRA's discriminator: BERT's layers without a pooler, embeddings projected when narrower
-    # (ELECTRA-small); its replaced-token-detection head is our discriminator_head.
-    "electra": FamilyTable(
-        model_type="electra",
-        base_prefix="electra.",
-        layer_prefix="{p}encoder.layer.{i}.",
-        layer=_BERT_LAYER,
-        modules=[("{p}" + hf, ours) for hf, ours in _EMBEDDINGS] + [("{p}embeddings_project", _ENC + "embed_proj")],
-        lm_head=[],
-        lm_decoder="generator_lm_head",
-        sentence_heads={"ForPreTraining": [("discriminator_predictions.dense", "discriminator_head.dense"),
-                                           ("discriminator_predictions.dense_prediction",
-                                            "discriminator_head.dense_prediction")],
-                        "ForSequenceClassification": [
-                            ("classifier.dense", f"classification_heads.{SEQUENCE_HEAD}.dense"),
-                            ("classifier.out_proj", f"classification_heads.{SEQUENCE_HEAD}.out_proj")]},
-    ),
+_TOKEN_HEADS = {
+    "ForTokenClassification": ("classifier", f"token_heads.{TOKEN_HEAD}.out_proj"),
+    "ForQuestionAnswering": ("qa_outputs", f"token_heads.{QA_HEAD}.out_proj"),
 }
-_TOKEN_HEADS = {"ForTokenClassification": ("classifier", f"token_heads.{TOKEN_HEAD}.out_proj"),
-                "ForQuestionAnswering": ("qa_outputs", f"token_heads.{QA_HEAD}.out_proj")}
 # Buffers transformers keeps in some files; they hold no learned values.
 _IGNORED = re.compile(r"(^|\.)(embeddings\.position_ids|embeddings\.token_type_ids)$")
-_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate",
-                "gelu_fast": "gelu_accurate", "relu": "relu", "tanh": "tanh", "linear": "linear"}
+_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_accurate",
+    "gelu_pytorch_tanh": "gelu_accurate",
+    "gelu_fast": "gelu_accurate",
+    "relu": "relu",
+    "tanh": "tanh",
+    "linear": "linear",
+}
 
 
 @dataclass
@@ -174,7 +80,8 @@ def is_transformers_dir(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` looks like a transformers model directory (``config.json`` + weights)."""
     p = Path(path)
     return (p / "config.json").is_file() and any(
-        (p / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"))
+        (p / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+    )
 
 
 def read_weights(directory: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
@@ -218,28 +125,39 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{str(path)!r} is not valid JSON ({exc})") from None
 
 
+def _layout(family_name: str) -> TransformersLayout:
+    layout = get_family(family_name).transformers
+    if layout is None:
+        supported = sorted(f.name for f in families() if f.transformers is not None)
+        raise ValueError(f"family {family_name!r} has no transformers counterpart; supported: {supported}")
+    return layout
+
+
 def config_from_transformers(config: Mapping[str, Any], *, path: str = "config.json") -> EncoderConfig:
-    """Our :class:`EncoderConfig` from a transformers ``config.json`` (BERT, RoBERTa, ALBERT, ELECTRA).
+    """Our :class:`EncoderConfig` from a transformers ``config.json`` of any family with a
+    transformers layout (BERT, RoBERTa, ALBERT, ELECTRA).
 
     >>> config_from_transformers({"model_type": "bert", "vocab_size": 100, "hidden_size": 32,
     ...     "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}).family
     'bert'
     """
     model_type = config.get("model_type")
-    if model_type not in FAMILY_TABLES:
-        raise CheckpointError(f"{path!r}: model_type {model_type!r} is not supported; known: {sorted(FAMILY_TABLES)}")
+    family = family_of_transformers(str(model_type))
+    if family is None:
+        known = sorted(f.transformers.model_type for f in families() if f.transformers is not None)
+        raise CheckpointError(f"{path!r}: model_type {model_type!r} is not supported; known: {known}")
     if config.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(f"{path!r}: position_embedding_type {config['position_embedding_type']!r} "
-                              "is not supported (only 'absolute')")
+        raise CheckpointError(
+            f"{path!r}: position_embedding_type {config['position_embedding_type']!r} "
+            "is not supported (only 'absolute')"
+        )
     act = config.get("hidden_act", "gelu")
     if act not in _ACTIVATIONS:
         raise CheckpointError(f"{path!r}: hidden_act {act!r} is not supported; known: {sorted(_ACTIVATIONS)}")
-    pad = config.get("pad_token_id", 1 if model_type == "roberta" else 0)
-    positions = config.get("max_position_embeddings", 512)
     values: dict[str, Any] = dict(
-        family=model_type,
+        family=family.name,
         vocab_size=config["vocab_size"],
-        padding_idx=pad,
+        padding_idx=config.get("pad_token_id", family.preset("base").padding_idx),
         encoder_layers=config["num_hidden_layers"],
         encoder_embed_dim=config["hidden_size"],
         encoder_ffn_embed_dim=config["intermediate_size"],
@@ -249,29 +167,25 @@ def config_from_transformers(config: Mapping[str, Any], *, path: str = "config.j
         type_vocab_size=config.get("type_vocab_size", 2),
         dropout=config.get("hidden_dropout_prob", 0.1),
         attention_dropout=config.get("attention_probs_dropout_prob", 0.1),
-        pooler_dropout=config.get("classifier_dropout") or config.get("classifier_dropout_prob")
+        pooler_dropout=config.get("classifier_dropout")
+        or config.get("classifier_dropout_prob")
         or config.get("hidden_dropout_prob", 0.1),
+        position_style="absolute",
+        max_positions=config.get("max_position_embeddings", 512),
     )
-    if model_type == "roberta":  # fairseq's positions: real tokens count from pad + 1
-        values.update(position_style="fairseq", max_positions=positions - pad - 1)
-    else:
-        values.update(position_style="absolute", max_positions=positions)
-    if model_type == "electra":  # embeddings narrower than the layers are projected (ELECTRA-small)
-        size = config.get("embedding_size", config["hidden_size"])
-        values.update(embedding_size=size if size != config["hidden_size"] else None, pooler_activation_fn="gelu",
-                      activation_fn=_ACTIVATIONS[act])
-    if model_type == "albert":
-        if config.get("num_hidden_groups", 1) != 1 or config.get("inner_group_num", 1) != 1:
-            raise CheckpointError(f"{path!r}: ALBERT with num_hidden_groups/inner_group_num other than 1 "
-                                  "is not supported")
-        values.update(embedding_size=config.get("embedding_size", 128), share_layers="all")
+    layout = family.transformers
+    assert layout is not None  # family_of_transformers only finds families with a transformers layout
+    try:
+        layout.read_config(config, values)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path!r}: {exc}") from None
     return EncoderConfig(**values)
 
 
 def key_map(cfg: EncoderConfig, architecture: str, *, base_prefix: str | None = None) -> dict[str, str]:
     """``{our key: transformers key}`` for every parameter of a model with ``cfg`` exported as
     ``architecture`` (e.g. ``BertForPreTraining``); heads included as the architecture says."""
-    table = FAMILY_TABLES[cfg.family]
+    table = _layout(cfg.family)
     prefix = table.base_prefix if base_prefix is None else base_prefix
     modules: list[tuple[str, str]] = [(hf.format(p=prefix), ours) for hf, ours in table.modules]
     for i in range(cfg.encoder_layers):
@@ -281,7 +195,7 @@ def key_map(cfg: EncoderConfig, architecture: str, *, base_prefix: str | None = 
     with_lm_head = suffix in ("ForMaskedLM", "ForPreTraining") and bool(table.lm_head)
     if with_lm_head:
         modules += table.lm_head
-    modules += table.sentence_heads.get(suffix, [])
+    modules += table.task_heads.get(suffix, [])
     if suffix in _TOKEN_HEADS:
         modules.append(_TOKEN_HEADS[suffix])
     mapping = {f"{ours}.{kind}": f"{hf}.{kind}" for hf, ours in modules for kind in ("weight", "bias")}
@@ -296,6 +210,21 @@ def _suffix(architecture: str) -> str:
     return match.group(1) if match else "Model"
 
 
+def _build_model(family: Family, cfg: EncoderConfig, suffix: str, num_labels: int, keys: list[str]) -> RobertaModel:
+    """The model ``architecture`` describes: the family's serving model for the keys the file
+    fills, with the head the architecture's suffix names."""
+    model = family.build_serving_model(cfg, keys)
+    if suffix in ("ForPreTraining", "ForNextSentencePrediction") and family.sentence_head is not None:
+        model.register_classification_head(family.sentence_head, 2)
+    elif suffix == "ForSequenceClassification":
+        model.register_classification_head(SEQUENCE_HEAD, num_labels)
+    elif suffix == "ForTokenClassification":
+        model.register_token_head(TOKEN_HEAD, num_labels)
+    elif suffix == "ForQuestionAnswering":
+        model.register_token_head(QA_HEAD, 2)
+    return model
+
+
 def load_transformers(directory: str | os.PathLike[str]) -> LoadedTransformers:
     """Rebuild our model (eval mode, CPU, float32) from a transformers directory.
 
@@ -307,81 +236,61 @@ def load_transformers(directory: str | os.PathLike[str]) -> LoadedTransformers:
     config = _read_json(d / "config.json")
     architecture = (config.get("architectures") or [f"{str(config.get('model_type', '')).capitalize()}Model"])[0]
     cfg = config_from_transformers(config, path=str(d / "config.json"))
+    family = get_family(cfg.family)
+    table = _layout(cfg.family)
     tensors = {k: v for k, v in read_weights(d).items() if not _IGNORED.search(k)}
-    table = FAMILY_TABLES[cfg.family]
     base_prefix = table.base_prefix if any(k.startswith(table.base_prefix) for k in tensors) else ""
 
-    embed_key = table.modules[0][0].format(p=base_prefix) + ".weight"
-    if cfg.family == "roberta" and (segments := tensors.get(base_prefix + "embeddings.token_type_embeddings.weight")) \
-            is not None and segments.shape[0] == 1 and not segments.any():
-        # RoBERTa has no segments; transformers keeps one all-zero row: fairseq's layout has none.
+    segments_key = base_prefix + "embeddings.token_type_embeddings.weight"
+    if (
+        table.optional_segments
+        and (segments := tensors.get(segments_key)) is not None
+        and segments.shape[0] == 1
+        and not segments.any()
+    ):
+        # transformers keeps one all-zero segment row for a family without segments; ours has none.
         cfg = cfg.replace(type_vocab_size=0)
-        del tensors[base_prefix + "embeddings.token_type_embeddings.weight"]
-    cfg = cfg.replace(pooler=any(k.startswith(base_prefix + "pooler") for k in tensors) and cfg.family != "roberta")
+        del tensors[segments_key]
+    cfg = cfg.replace(pooler=any(k.startswith(base_prefix + "pooler") for k in tensors))
     suffix = _suffix(architecture)
+    mapping = key_map(cfg, architecture, base_prefix=base_prefix)
+    filled = [ours for ours, hf in mapping.items() if hf in tensors]
+    num_labels = int(config.get("num_labels") or len(config.get("id2label") or {}) or 2)
     with torch.device("meta"):
-        model = RobertaModel(cfg)
-        if suffix in table.sentence_heads or suffix in _TOKEN_HEADS:
-            num = int(config.get("num_labels") or len(config.get("id2label") or {}) or 2)
-            if cfg.family == "electra" and suffix == "ForPreTraining":
-                from ..modeling.electra import add_discriminator_head
-
-                add_discriminator_head(model)
-            elif suffix == "ForPreTraining" or suffix == "ForNextSentencePrediction":
-                model.register_classification_head(NEXT_SENTENCE_HEAD if cfg.family == "bert" else SENTENCE_ORDER_HEAD, 2)
-            elif suffix == "ForSequenceClassification":
-                model.register_classification_head(SEQUENCE_HEAD, num)
-            elif suffix == "ForTokenClassification":
-                model.register_token_head(TOKEN_HEAD, num)
-            else:
-                model.register_token_head(QA_HEAD, 2)
-
+        model = _build_model(family, cfg, suffix, num_labels, filled)
     expected = model.state_dict()
-    mapping = {ours: hf for ours, hf in key_map(cfg, architecture, base_prefix=base_prefix).items() if ours in expected}
-    state: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    missing = []
-    for ours in expected:
-        if ours == "encoder.lm_head.weight" and not cfg.untie_weights:
-            continue  # tied to the embeddings; checked below
-        if ours == _ENC + "version":  # fairseq's format marker, not a weight
-            state[ours] = torch.Tensor([3])
-            continue
-        hf = mapping.get(ours)
-        if hf is None or hf not in tensors:
-            missing.append(f"{ours} <- {hf}")
-            continue
-        state[ours] = tensors[hf].float() if tensors[hf].is_floating_point() else tensors[hf]
-        used.add(hf)
-    lm_keys = [k for k in expected if k.startswith("encoder.lm_head.")]
-    has_lm_head = all(k in state for k in lm_keys if k != "encoder.lm_head.weight")
-    if not has_lm_head and all(k not in state for k in lm_keys):
-        missing = [m for m in missing if not m.startswith("encoder.lm_head.")]
+    mapping = {ours: hf for ours, hf in mapping.items() if ours in expected}
+    state = {
+        ours: tensors[hf].float() if tensors[hf].is_floating_point() else tensors[hf]
+        for ours, hf in mapping.items()
+        if hf in tensors
+    }
+    state[_ENC + "version"] = torch.Tensor([3])  # fairseq's format marker, not a weight
+    used = {mapping[ours] for ours in state if ours in mapping}
+
+    if not model.has_lm_head:  # no MLM head in the file: a freshly initialised one, flagged
+        fresh = LMHead(
+            cfg.embed_dim,
+            cfg.vocab_size,
+            cfg.activation_fn,
+            weight=torch.nn.Parameter(torch.empty(0)),
+            input_dim=cfg.encoder_embed_dim,
+            layer_norm_eps=cfg.layer_norm_eps,
+        )
+        fresh.apply(init_bert_params)
+        state.update({f"encoder.lm_head.{k}": v for k, v in fresh.state_dict().items() if k != "weight"})
+    embed_key = table.modules[0][0].format(p=base_prefix) + ".weight"
     decoder_w, decoder_b = f"{table.lm_decoder}.decoder.weight", f"{table.lm_decoder}.decoder.bias"
     for duplicate, original in ((decoder_w, embed_key), (decoder_b, f"{table.lm_decoder}.bias")):
         if duplicate in tensors and original in tensors:
             if not torch.equal(tensors[duplicate], tensors[original]):
-                raise CheckpointError(f"{str(d)!r}: {duplicate} differs from {original}; untied output "
-                                      "projections are not supported")
+                raise CheckpointError(
+                    f"{str(d)!r}: {duplicate} differs from {original}; untied output projections are not supported"
+                )
             used.add(duplicate)
-    unused = sorted(set(tensors) - used)
-    if missing or unused:
-        raise CheckpointError(
-            f"{str(d)!r} ({architecture}) does not match our {cfg.family} model: "
-            f"parameters not in the file {missing[:6]}{' ...' if len(missing) > 6 else ''}, "
-            f"tensors of the file nothing takes {unused[:6]}{' ...' if len(unused) > 6 else ''}")
-    for key, tensor in state.items():
-        if tensor.shape != expected[key].shape:
-            raise CheckpointError(f"{str(d)!r}: {mapping[key]} has shape {tuple(tensor.shape)}, "
-                                  f"our {key} expects {tuple(expected[key].shape)}")
-    if not has_lm_head:  # no MLM head in the file: a freshly initialised one, flagged
-        fresh = LMHead(cfg.embed_dim, cfg.vocab_size, cfg.activation_fn, weight=torch.nn.Parameter(torch.empty(0)),
-                       input_dim=cfg.encoder_embed_dim, layer_norm_eps=cfg.layer_norm_eps)
-        fresh.apply(init_bert_params)
-        state.update({f"encoder.lm_head.{k}": v for k, v in fresh.state_dict().items() if k != "weight"})
-    state["encoder.lm_head.weight"] = state[_ENC + "embed_tokens.weight"]
-    model.load_state_dict(state, strict=True, assign=True)
-    model.encoder.lm_head.weight = model.encoder.sentence_encoder.embed_tokens.weight
+    load_state_strict(
+        model, state, source=f"{d} ({architecture})", file_names=mapping, unused=sorted(set(tensors) - used)
+    )
     if cfg.share_layers == "all":  # one module, assigned once per layer name: make sure it is one
         layers = model.encoder.sentence_encoder.layers
         assert all(layer is layers[0] for layer in layers)
@@ -389,56 +298,76 @@ def load_transformers(directory: str | os.PathLike[str]) -> LoadedTransformers:
     if config.get("id2label") and suffix in ("ForSequenceClassification", "ForTokenClassification"):
         id2label = {int(k): v for k, v in config["id2label"].items()}
         labels = [id2label[i] for i in range(len(id2label))]
-    return LoadedTransformers(model=model.eval(), path=str(d), architecture=architecture, config=dict(config),
-                              labels=labels, has_lm_head=has_lm_head)
+    return LoadedTransformers(
+        model=model.eval(),
+        path=str(d),
+        architecture=architecture,
+        config=dict(config),
+        labels=labels,
+        has_lm_head=model.has_lm_head,
+    )
 
 
 # ------------------------------------------------------------------------------ writing
 
-_ARCH_PREFIX = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra"}
 _ACTIVATION_NAMES = {"gelu": "gelu", "gelu_accurate": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "linear"}
+
+
+def _has_heads_of(model: RobertaModel, architecture: str) -> bool:
+    """Whether ``model`` has the heads ``architecture`` adds (and the pooler, where the family's
+    transformers layout has one)."""
+    table = _layout(model.cfg.family)
+    ours = model.state_dict()
+    needed = [f"{module}.weight" for _, module in table.task_heads.get(_suffix(architecture), [])]
+    needed += [f"{module}.weight" for _, module in table.modules if module.startswith("pooler.")]
+    return bool(needed) and all(key in ours for key in needed)
 
 
 def default_architecture(model: RobertaModel) -> str:
     """The transformers class that carries what ``model`` has: ``*ForSequenceClassification``,
     ``*ForTokenClassification`` or ``*ForQuestionAnswering`` for a model with a head named
-    :data:`SEQUENCE_HEAD`, :data:`TOKEN_HEAD` or :data:`QA_HEAD`; ``BertForPreTraining`` when a
-    BERT has its NSP head (ALBERT: SOP); else ``*ForMaskedLM``."""
-    family = _ARCH_PREFIX[model.cfg.family]
-    if model.cfg.family == "electra" and hasattr(model, "discriminator_head"):
-        return "ElectraForPreTraining"
+    :data:`SEQUENCE_HEAD`, :data:`TOKEN_HEAD` or :data:`QA_HEAD`; ``*ForPreTraining`` when the
+    model has its family's pretraining head (BERT's NSP with the pooler, ALBERT's SOP, ELECTRA's
+    discriminator head, which wins over the others); else ``*ForMaskedLM``."""
+    family = get_family(model.cfg.family)
+    prefix = _layout(model.cfg.family).class_prefix
+    pretraining = _has_heads_of(model, prefix + "ForPreTraining")
+    if pretraining and family.sentence_head is None:  # a pretraining head that is a module of its own
+        return prefix + "ForPreTraining"
     if SEQUENCE_HEAD in model.classification_heads:
-        return f"{family}ForSequenceClassification"
+        return f"{prefix}ForSequenceClassification"
     for name, suffix in ((TOKEN_HEAD, "ForTokenClassification"), (QA_HEAD, "ForQuestionAnswering")):
         if name in model.token_heads:
-            return family + suffix
-    sentence_head = {"bert": NEXT_SENTENCE_HEAD, "albert": SENTENCE_ORDER_HEAD}.get(model.cfg.family)
-    if sentence_head in model.classification_heads and model.pooler is not None:
-        return f"{family}ForPreTraining"
-    return f"{family}ForMaskedLM"
+            return prefix + suffix
+    return prefix + ("ForPreTraining" if pretraining else "ForMaskedLM")
 
 
 def transformers_config(model: RobertaModel, architecture: str, labels: list[str] | None = None) -> dict[str, Any]:
     """The ``config.json`` transformers needs to rebuild ``model`` as ``architecture``."""
     cfg = model.cfg
-    if cfg.family not in FAMILY_TABLES:
-        raise ValueError(f"exporting family {cfg.family!r} to transformers is not supported; "
-                         f"supported: {sorted(FAMILY_TABLES)}")
+    table = _layout(cfg.family)
     if cfg.encoder_normalize_before or not cfg.layernorm_embedding or cfg.untie_weights:
-        raise ValueError("transformers' BERT/RoBERTa/ALBERT are post-LN with an embedding LayerNorm and a tied "
-                         "LM head; this model differs (pre-LN, no embedding LayerNorm or untied head)")
-    if cfg.family == "albert" and cfg.share_layers != "all":
-        raise ValueError(f"transformers' ALBERT shares all layers; this model has share_layers={cfg.share_layers!r}")
-    if cfg.family not in ("albert", "electra") and (
-            cfg.share_layers != "none" or cfg.embedding_size not in (None, cfg.encoder_embed_dim)):
-        raise ValueError(f"transformers' {cfg.family} has neither shared layers nor factorized embeddings")
-    fairseq_positions = cfg.position_style == "fairseq"
-    if fairseq_positions != (cfg.family == "roberta"):
-        raise ValueError(f"transformers' {cfg.family} uses {'fairseq' if cfg.family == 'roberta' else 'absolute'} "
-                         f"positions; this model has position_style={cfg.position_style!r}")
+        raise ValueError(
+            "transformers' BERT/RoBERTa/ALBERT are post-LN with an embedding LayerNorm and a tied "
+            "LM head; this model differs (pre-LN, no embedding LayerNorm or untied head)"
+        )
+    if not table.shared_layers and cfg.share_layers != "none":
+        raise ValueError(
+            f"transformers' {cfg.family} has no shared layers; this model has share_layers={cfg.share_layers!r}"
+        )
+    if not table.factorized_embeddings and cfg.embedding_size not in (None, cfg.encoder_embed_dim):
+        raise ValueError(
+            f"transformers' {cfg.family} has no factorized embeddings; this model's are {cfg.embedding_size} wide"
+        )
+    family_positions = get_family(cfg.family).preset("base").position_style
+    if cfg.position_style != family_positions:
+        raise ValueError(
+            f"transformers' {cfg.family} uses {family_positions} positions; this model has "
+            f"position_style={cfg.position_style!r}"
+        )
     config: dict[str, Any] = {
         "architectures": [architecture],
-        "model_type": cfg.family,
+        "model_type": table.model_type,
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.encoder_embed_dim,
         "num_hidden_layers": cfg.encoder_layers,
@@ -454,24 +383,27 @@ def transformers_config(model: RobertaModel, architecture: str, labels: list[str
         "position_embedding_type": "absolute",
         "tie_word_embeddings": True,
     }
-    if cfg.family == "roberta":
-        config.update(bos_token_id=0, eos_token_id=2)
-    if cfg.family == "albert":
-        config.update(embedding_size=cfg.embed_dim, num_hidden_groups=1, inner_group_num=1,
-                      classifier_dropout_prob=cfg.pooler_dropout)
-    if cfg.family == "electra":
-        config.update(embedding_size=cfg.embed_dim)
+    table.write_config(cfg, config)
     suffix = _suffix(architecture)
     if suffix in ("ForSequenceClassification", "ForTokenClassification"):
-        heads, name = ((model.classification_heads, SEQUENCE_HEAD) if suffix == "ForSequenceClassification"
-                       else (model.token_heads, TOKEN_HEAD))
+        heads, name = (
+            (model.classification_heads, SEQUENCE_HEAD)
+            if suffix == "ForSequenceClassification"
+            else (model.token_heads, TOKEN_HEAD)
+        )
         if name not in heads:
-            raise ValueError(f"{architecture} needs the head {name!r}, which this model does not have "
-                             f"(its heads: {sorted(model.classification_heads) + sorted(model.token_heads)})")
-        head = heads[name]
-        names = labels or [f"LABEL_{i}" for i in range(head.num_classes)]
-        config.update(num_labels=head.num_classes, id2label={str(i): n for i, n in enumerate(names)},
-                      label2id={n: i for i, n in enumerate(names)})
+            raise ValueError(
+                f"{architecture} needs the head {name!r}, which this model does not have "
+                f"(its heads: {sorted(model.classification_heads) + sorted(model.token_heads)})"
+            )
+        num_labels = heads[name].num_classes
+        assert isinstance(num_labels, int)  # every head's num_classes is an int property
+        names = labels or [f"LABEL_{i}" for i in range(num_labels)]
+        config.update(
+            num_labels=num_labels,
+            id2label={str(i): n for i, n in enumerate(names)},
+            label2id={n: i for i, n in enumerate(names)},
+        )
     return config
 
 
@@ -482,26 +414,32 @@ def transformers_state_dict(model: RobertaModel, architecture: str) -> dict[str,
     mapping = key_map(model.cfg, architecture)
     heads = [k for k in mapping if k.startswith(("classification_heads.", "token_heads.")) and k not in ours]
     if heads:
-        raise ValueError(f"{architecture} needs the head {heads[0].rsplit('.', 2)[0]!r}, which this model does not have")
+        raise ValueError(
+            f"{architecture} needs the head {heads[0].rsplit('.', 2)[0]!r}, which this model does not have"
+        )
     # Shared ALBERT layers map several of our names onto one transformers name: one copy each.
     out = {hf: ours[key].detach().to("cpu").clone().contiguous() for key, hf in mapping.items() if key in ours}
-    table = FAMILY_TABLES[model.cfg.family]
+    table = _layout(model.cfg.family)
     if _suffix(architecture) in ("ForMaskedLM", "ForPreTraining") and table.lm_head:
         out[f"{table.lm_decoder}.decoder.bias"] = out[f"{table.lm_decoder}.bias"].clone()
-    if model.cfg.family == "roberta" and model.cfg.type_vocab_size == 0:
+    if table.optional_segments and model.cfg.type_vocab_size == 0:
         out[f"{table.base_prefix}embeddings.token_type_embeddings.weight"] = torch.zeros(1, model.cfg.encoder_embed_dim)
     return out
 
 
 def save_transformers(
-    model: RobertaModel, directory: str | os.PathLike[str], *, architecture: str | None = None,
+    model: RobertaModel,
+    directory: str | os.PathLike[str],
+    *,
+    architecture: str | None = None,
     labels: list[str] | None = None,
+    extra_files: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write ``model`` as a transformers directory (``config.json`` + ``model.safetensors``).
+    """Write ``model`` as a transformers directory (``config.json`` + ``model.safetensors``,
+    and whatever ``extra_files(folder)`` writes: the hub adds the tokenizer's files).
 
     The directory appears whole or not at all: files are written into a temporary sibling that
-    is renamed into place (an existing non-empty ``directory`` is refused). Tokenizer files are
-    the caller's (the hub's ``save_transformers`` adds them).
+    is renamed into place (an existing non-empty ``directory`` is refused).
 
     >>> save_transformers(RobertaModel(EncoderConfig.preset("bert-tiny")), "bert-tiny-hf")  # doctest: +SKIP
     """
@@ -510,27 +448,15 @@ def save_transformers(
     architecture = architecture or default_architecture(model)
     config = transformers_config(model, architecture, labels)
     tensors = transformers_state_dict(model, architecture)
-    target = Path(directory)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise FileExistsError(f"{str(target)!r} exists and is not an empty directory; refusing to overwrite it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic_directory(directory) as staging:
         (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
-        if target.exists():
-            target.rmdir()
-        os.replace(staging, target)
-    except BaseException:
-        for child in staging.iterdir():
-            child.unlink()
-        staging.rmdir()
-        raise
-    return target
+        if extra_files is not None:
+            extra_files(staging)
+    return Path(directory)
 
 
 __all__ = [
-    "FAMILY_TABLES",
     "LoadedTransformers",
     "QA_HEAD",
     "SEQUENCE_HEAD",

@@ -45,9 +45,9 @@ budget may be exceeded by less than one word.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -176,8 +176,17 @@ def reference_random_bits(seed: int, epoch: int, index: int, stream: int, counte
     row ``index`` — a plain, one-number-at-a-time statement of what :class:`BatchMasker` computes
     vectorised. ``counter`` is the position among the row's real tokens, or a span rank.
 
-    >>> reference_random_bits(1, 0, 0, 1, 0) == reference_random_bits(1, 0, 0, 1, 0)
-    True
+    Every step is splitmix64's finaliser, which from state 0 gives splitmix64's first output
+    (0xe220a8397b1dcdaf in Vigna's reference ``splitmix64.c``); the vectorised path of
+    :class:`BatchMasker` gives the same bits (the value itself was recorded from this function):
+
+    >>> hex(_mix64_int(0 + _GOLDEN))
+    '0xe220a8397b1dcdaf'
+    >>> hex(reference_random_bits(1, 0, 0, 1, 0))
+    '0x4e4c43b89eccd15e'
+    >>> bits = _random_bits(_row_stream_keys(1, 0, torch.tensor([0]), [1]), torch.tensor([[0]]))  # (S, B, N)
+    >>> hex(int(bits) & _U64)  # int64 -> unsigned
+    '0x4e4c43b89eccd15e'
     """
     row = _mix64_int(_epoch_key(seed, epoch) + (index + 1) * _GOLDEN)
     row_stream = _mix64_int(row ^ _mix64_int(stream * _GOLDEN))
@@ -252,6 +261,17 @@ def _alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _shift_in_false(mask: torch.Tensor) -> torch.Tensor:
     """(B, T) -> (B, T): ``mask`` moved one column right, False in column 0 ("the previous token")."""
     return torch.cat([torch.zeros_like(mask[:, :1]), mask[:, :-1]], dim=1)
+
+
+class _DeviceTables(NamedTuple):
+    """A masker's lookup tables on one device; ``None`` where its config never reads the table."""
+
+    is_special: torch.Tensor  # (V,) bool
+    word_starts: torch.Tensor | None  # (V,) bool: whole-word and span masking
+    replacement_ids: torch.Tensor | None  # (R,) long: random_token_prob > 0
+    alias_prob: torch.Tensor | None  # (R,) float64: frequency-weighted replacements
+    alias: torch.Tensor | None  # (R,) long, slots into replacement_ids; set with alias_prob
+    span_cdf: torch.Tensor  # (M-1,) float64
 
 
 class BatchMasker:
@@ -366,7 +386,7 @@ class BatchMasker:
         self._span_cdf = (pmf.cumsum(0) / pmf.sum())[:-1].contiguous()  # (M-1,): boundaries between lengths
         self._span_mean_words = float((pmf * torch.arange(1, cfg.span_max_words + 1)).sum() / pmf.sum())
 
-        self._device_tables: dict[torch.device, dict[str, torch.Tensor | None]] = {}
+        self._device_tables: dict[torch.device, _DeviceTables] = {}
 
     # -- public -----------------------------------------------------------------------------
 
@@ -393,7 +413,7 @@ class BatchMasker:
         # Position among the row's real tokens: the counter of every per-token random number, so
         # left padding, right padding and padding amount all give the same numbers.
         positions = real.cumsum(1) - 1  # (B, T); -1 on left padding, never used there
-        candidate = ~_lookup(tables["is_special"], tokens)  # (B, T); pad is special
+        candidate = ~_lookup(tables.is_special, tokens)  # (B, T); pad is special
 
         # Per-token streams first (counter = position), then the per-row and per-span ones.
         token_streams = (_STREAM_SELECT, _STREAM_FATE, _STREAM_REPLACE)
@@ -429,8 +449,9 @@ class BatchMasker:
         A word begins at an ordinary token marked in ``word_starts`` or following a special token
         or padding, so words never contain or cross special tokens.
         """
-        assert self._word_starts is not None
-        starts = candidate & (_lookup(self._tables(tokens.device)["word_starts"], tokens) | ~_shift_in_false(candidate))
+        word_starts = self._tables(tokens.device).word_starts
+        assert word_starts is not None
+        starts = candidate & (_lookup(word_starts, tokens) | ~_shift_in_false(candidate))
         columns = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)
         # Running maximum of "column if a word starts here": the start of the word each token is
         # in (meaningful on candidate tokens only, which is where it is read).
@@ -458,7 +479,7 @@ class BatchMasker:
     def _span_lengths(self, uniform: torch.Tensor) -> torch.Tensor:
         """Inverse CDF of the truncated geometric: uniforms (...) in [0, 1) -> lengths (...) in
         ``1..span_max_words``."""
-        cdf = self._tables(uniform.device)["span_cdf"]  # (M-1,)
+        cdf = self._tables(uniform.device).span_cdf  # (M-1,)
         # Count the boundaries at or below u: (..., M-1) comparisons, cheap for M ~ 10, and unlike
         # torch.searchsorted never multi-threaded (see _lookup).
         return (uniform[..., None] >= cdf).sum(-1) + 1
@@ -569,7 +590,7 @@ class BatchMasker:
         chosen: torch.Tensor,
         fate: torch.Tensor,
         replace_bits: torch.Tensor | None,
-        tables: dict[str, torch.Tensor | None],
+        tables: _DeviceTables,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Apply 80/10/10 to the chosen positions: fate < leave -> keep, < leave + random ->
         random token, else ``<mask>``. (B, T) inputs; returns (masked_tokens, targets)."""
@@ -579,11 +600,13 @@ class BatchMasker:
         masked = tokens.masked_fill(to_mask, self.mask_idx)
         if replace_bits is not None:
             to_random = chosen & (fate >= leave) & (fate < leave + random)
-            ids, alias_prob, alias = tables["replacement_ids"], tables["alias_prob"], tables["alias"]
+            ids, alias_prob, alias = tables.replacement_ids, tables.alias_prob, tables.alias
+            assert ids is not None  # replace_bits exist only when random_token_prob > 0, which builds ids
             # Only the ~1.5% of positions that get a random token need one looked up.
             bits = replace_bits.masked_select(to_random)  # (N,) in row-major order, as masked_scatter_ reads
             pick = _shift_right(bits, 1) % ids.numel()  # uniform slot; modulo bias < 2**-45
             if alias_prob is not None:
+                assert alias is not None  # built together by _alias_table
                 # Walker's alias method: keep the slot with probability alias_prob[slot], else take
                 # its alias. A second uniform from re-mixing the same bits (a bijection) is
                 # independent of the slot for all practical purposes.
@@ -594,21 +617,22 @@ class BatchMasker:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _tables(self, device: torch.device) -> dict[str, torch.Tensor | None]:
+    def _tables(self, device: torch.device) -> _DeviceTables:
         """Lookup tables on ``device``, copied once per device."""
         tables = self._device_tables.get(device)
         if tables is None:
+
             def move(t: torch.Tensor | None) -> torch.Tensor | None:
                 return None if t is None else t.to(device)
 
-            tables = {
-                "is_special": move(self._is_special),
-                "word_starts": move(self._word_starts),
-                "replacement_ids": move(self._replacement_ids),
-                "alias_prob": move(self._alias_prob),
-                "alias": move(self._alias),
-                "span_cdf": move(self._span_cdf),
-            }
+            tables = _DeviceTables(
+                is_special=self._is_special.to(device),
+                word_starts=move(self._word_starts),
+                replacement_ids=move(self._replacement_ids),
+                alias_prob=move(self._alias_prob),
+                alias=move(self._alias),
+                span_cdf=self._span_cdf.to(device),
+            )
             self._device_tables[device] = tables
         return tables
 
@@ -638,4 +662,3 @@ class BatchMasker:
             # indistinguishable from a masked position.
             if bool(tokens.eq(self.mask_idx).any()):
                 raise ValueError(f"tokens contain mask_idx={self.mask_idx}; the input must not be masked already")
-

@@ -1,18 +1,30 @@
-"""The fairseq plugin: registers the ``roberta_ext`` model and architectures, the
-``roberta_ext_mlm`` and ``roberta_ext_classification`` tasks and criteria, and makes fairseq's
-checkpoint loader work under torch 2.13 (see :mod:`.checkpoint_compat`) and stops fairseq's
-prefetch threads cleanly at exit (see :mod:`.shutdown`).
+"""The fairseq plugin: registers the ``roberta_ext``, ``electra_ext`` and ``spanbert_ext`` models
+and their architectures, and the ``roberta_ext_<objective>`` tasks and criteria (every name follows
+the rule of :mod:`.naming`); makes fairseq's checkpoint loader work under torch 2.13 (see
+:mod:`.checkpoint_compat`) and stops fairseq's prefetch threads cleanly at exit (see
+:mod:`.shutdown`).
 
 Imported by ``fairseq-train --user-dir path/to/roberta_ext`` (through ``roberta_ext/__init__``),
 or explicitly: ``import roberta_ext.fairseq_plugin``. This package is the only one that imports
 fairseq.
 """
 
-from . import checkpoint_compat, criterions, models, shutdown, tasks
-from . import electra, question_answering, spanbert  # noqa: F401,E402  (electra_ext, spanbert_ext, extractive_qa)
-from . import sentence_pairs, tagging  # noqa: F401,E402  (sentence_pair_mlm, token_classification)
+from . import (  # noqa: F401,E402  (electra_ext, spanbert_ext, roberta_ext_*)  # noqa: F401,E402  (roberta_ext_sentence_pair_mlm, ..._token_classification)
+    checkpoint_compat,
+    criterions,
+    electra,
+    models,
+    naming,
+    question_answering,
+    sentence_pairs,
+    shutdown,
+    spanbert,
+    tagging,
+    tasks,
+)
 
+models.register_architectures()  # <family>_ext_<size> for every family, from its presets
 checkpoint_compat.install()
 shutdown.install()  # stop fairseq's prefetch threads before exit (an abort after training otherwise)
 
-__all__ = ["checkpoint_compat", "criterions", "models", "tasks"]
+__all__ = ["checkpoint_compat", "criterions", "models", "naming", "tasks"]

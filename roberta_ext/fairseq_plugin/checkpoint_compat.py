@@ -17,7 +17,8 @@ real configs back. ``weights_only`` is never switched off.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

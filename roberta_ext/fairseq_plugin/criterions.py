@@ -78,10 +78,13 @@ class RobertaExtClassificationLoss(SentencePredictionCriterion):
 
     def forward(self, model: Any, sample: dict[str, Any], reduce: bool = True):
         if self.classification_head_name not in model.classification_heads:
-            raise KeyError(f"the model has no classification head {self.classification_head_name!r} "
-                           f"(heads: {sorted(model.classification_heads)}); check --classification-head-name")
-        logits, _ = model(**sample["net_input"], features_only=True,
-                          classification_head_name=self.classification_head_name)  # (B, C)
+            raise KeyError(
+                f"the model has no classification head {self.classification_head_name!r} "
+                f"(heads: {sorted(model.classification_heads)}); check --classification-head-name"
+            )
+        logits, _ = model(
+            **sample["net_input"], features_only=True, classification_head_name=self.classification_head_name
+        )  # (B, C)
         targets = model.get_targets(sample, [logits]).view(-1)
         sample_size = targets.numel()
         if self.regression_target:
@@ -90,8 +93,12 @@ class RobertaExtClassificationLoss(SentencePredictionCriterion):
         else:
             loss = F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum")
             predictions = logits.argmax(dim=1)
-        log: dict[str, Any] = {"loss": loss.data, "ntokens": sample["ntokens"], "nsentences": sample_size,
-                               "sample_size": sample_size}
+        log: dict[str, Any] = {
+            "loss": loss.data,
+            "ntokens": sample["ntokens"],
+            "nsentences": sample_size,
+            "sample_size": sample_size,
+        }
         if not self.regression_target:
             log["ncorrect"] = (predictions == targets).sum()
         if self.keep_pred_and_targ and not model.training:
@@ -103,4 +110,3 @@ class RobertaExtClassificationLoss(SentencePredictionCriterion):
                 if getattr(self, flag):
                     log[flag] = True
         return loss, sample_size, log
-

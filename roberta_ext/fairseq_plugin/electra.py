@@ -1,9 +1,9 @@
 """ELECTRA in fairseq: the ``electra_ext`` model (archs ``electra_ext_small``, ``electra_ext_base``,
-``electra_ext_large``), the ``electra`` task and the ``electra`` criterion.
+``electra_ext_large``), the ``roberta_ext_electra`` task and criterion.
 
-One architecture serves pretraining and fine-tuning. Under ``--task electra`` the model is built
-with its generator and discriminator head (:func:`roberta_ext.modeling.electra.prepare_for_pretraining`);
-under any other task (``extractive_qa``, ``roberta_ext_classification``, ...) it is the
+One architecture serves pretraining and fine-tuning. Under ``--task roberta_ext_electra`` the model is built
+with its generator and discriminator head (as :class:`roberta_ext.families.electra.ElectraPretrainingModel`);
+under any other task (``roberta_ext_extractive_qa``, ``roberta_ext_classification``, ...) it is the
 discriminator alone, and ``--restore-file`` of a pretraining checkpoint drops the generator and
 the discriminator head while loading. So fine-tuning is the pretraining command with another
 task, criterion and data, and what it saves is an ordinary encoder checkpoint.
@@ -23,28 +23,15 @@ import torch
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.tasks import register_task
 from fairseq.utils import safe_getattr
 
-from ..modeling import electra
-from .models import RobertaExtConfig, RobertaExtModel, roberta_ext_base
+from ..families import electra
+from .models import RobertaExtConfig, RobertaExtModel
 from .tasks import RobertaExtMLMConfig, RobertaExtMLMTask
 
 logger = logging.getLogger(__name__)
-
-
-def drop_absent_modules(model: torch.nn.Module, state_dict: dict, prefix: str, modules: tuple) -> None:
-    """Delete from ``state_dict`` the keys of pretraining-only ``modules`` that ``model`` does not
-    have (a pretraining checkpoint restored for fine-tuning), saying so in the log."""
-    for module in modules:
-        if module in model._modules:
-            continue
-        keys = [k for k in state_dict if k.startswith(f"{prefix}{module}.")]
-        if keys:
-            logger.info(f"not loading {len(keys)} tensors of {module!r}: it is only used in pretraining")
-            for key in keys:
-                del state_dict[key]
 
 
 @dataclass
@@ -53,22 +40,30 @@ class ElectraExtConfig(RobertaExtConfig):
 
     generator_fraction: float = field(
         default=electra.DEFAULT_GENERATOR_FRACTION,
-        metadata={"help": "generator hidden/FFN size and heads as a fraction of the discriminator's"})
+        metadata={"help": "generator hidden/FFN size and heads as a fraction of the discriminator's"},
+    )
 
 
 @register_model("electra_ext", dataclass=ElectraExtConfig)
 class ElectraExtModel(RobertaExtModel):
-    """The discriminator; with a generator and a discriminator head under ``--task electra``."""
+    """The discriminator; with a generator and a discriminator head under ``--task roberta_ext_electra``."""
+
+    def __init__(self, args: Any, cfg: Any, *, pretraining: bool = False) -> None:
+        super().__init__(args, cfg)
+        if pretraining:  # the modules of ElectraPretrainingModel, declared here as there
+            fraction = safe_getattr(args, "generator_fraction", electra.DEFAULT_GENERATOR_FRACTION)
+            self.discriminator_head = electra.make_discriminator_head(cfg)
+            self.generator = electra.make_generator(self, fraction)
+            electra.freeze_unused_lm_head(self)
+            logger.info(
+                f"ELECTRA generator: {self.generator.cfg.encoder_embed_dim} wide, "
+                f"{self.generator.cfg.encoder_attention_heads} heads (fraction {fraction})"
+            )
 
     @classmethod
     def build_model(cls, args: Any, task: Any) -> "ElectraExtModel":
-        model = super().build_model(args, task)
-        if getattr(task, "electra_pretraining", False):
-            fraction = safe_getattr(args, "generator_fraction", electra.DEFAULT_GENERATOR_FRACTION)
-            electra.prepare_for_pretraining(model, fraction)
-            logger.info(f"ELECTRA generator: {model.generator.cfg.encoder_embed_dim} wide, "
-                        f"{model.generator.cfg.encoder_attention_heads} heads (fraction {fraction})")
-        return model
+        cfg = cls.checked_config(args, task)
+        return cls(args, cfg, pretraining=getattr(task, "electra_pretraining", False))
 
     def forward(
         self,
@@ -84,53 +79,28 @@ class ElectraExtModel(RobertaExtModel):
         **unused: Any,
     ):
         """With ``electra_targets`` (the masked-LM targets), one ELECTRA step returning an
-        :class:`~roberta_ext.modeling.electra.ElectraOutput` — through ``forward``, so that
+        :class:`~roberta_ext.families.electra.ElectraOutput` — through ``forward``, so that
         distributed data-parallel sees the generator's and the discriminator's parameters.
         Otherwise the usual encoder forward."""
         if electra_targets is not None:
             if electra.GENERATOR not in self._modules:
-                raise ValueError("this electra_ext model has no generator: it is built for pretraining only "
-                                 "under --task electra")
-            return electra.electra_forward(self, src_tokens, electra_targets, segment_labels=segment_labels,
-                                           disallowed_ids=disallowed_ids)
-        return super().forward(src_tokens, features_only, return_all_hiddens, classification_head_name,
-                               masked_tokens, segment_labels, token_head_name, **unused)
-
-    def upgrade_state_dict_named(self, state_dict: dict, name: str) -> None:
-        drop_absent_modules(self, state_dict, f"{name}." if name else "",
-                            (electra.GENERATOR, electra.DISCRIMINATOR_HEAD))
-        super().upgrade_state_dict_named(state_dict, name)
-
-
-ELECTRA_DEFAULTS = {"family": "electra", "type_vocab_size": 2, "position_style": "absolute", "layer_norm_eps": 1e-12,
-                    "pooler": False, "pooler_activation_fn": "gelu"}
-
-
-def _electra(args: Any, shape: dict) -> None:
-    for option, default in {**ELECTRA_DEFAULTS, **shape}.items():
-        setattr(args, option, safe_getattr(args, option, default))
-    roberta_ext_base(args)  # everything still unset: RoBERTa's defaults
-
-
-@register_model_architecture("electra_ext", "electra_ext_small")
-def electra_ext_small(args: Any) -> None:
-    """ELECTRA-Small: 12 layers, 256 wide, 4 heads, 128-wide embeddings; generator 1/4."""
-    _electra(args, {"encoder_layers": 12, "encoder_embed_dim": 256, "encoder_ffn_embed_dim": 1024,
-                    "encoder_attention_heads": 4, "embedding_size": 128, "generator_fraction": 0.25})
-
-
-@register_model_architecture("electra_ext", "electra_ext_base")
-def electra_ext_base(args: Any) -> None:
-    """ELECTRA-Base: BERT-base's shape; generator 1/3 (256 wide, 4 heads), as in the paper."""
-    _electra(args, {"encoder_layers": 12, "encoder_embed_dim": 768, "encoder_ffn_embed_dim": 3072,
-                    "encoder_attention_heads": 12, "generator_fraction": 1 / 3})
-
-
-@register_model_architecture("electra_ext", "electra_ext_large")
-def electra_ext_large(args: Any) -> None:
-    """ELECTRA-Large: 24 layers, 1024 wide, 16 heads; generator 1/4."""
-    _electra(args, {"encoder_layers": 24, "encoder_embed_dim": 1024, "encoder_ffn_embed_dim": 4096,
-                    "encoder_attention_heads": 16, "generator_fraction": 0.25})
+                raise ValueError(
+                    "this electra_ext model has no generator: it is built for pretraining only "
+                    "under --task roberta_ext_electra"
+                )
+            return electra.electra_forward(
+                self, src_tokens, electra_targets, segment_labels=segment_labels, disallowed_ids=disallowed_ids
+            )
+        return super().forward(
+            src_tokens,
+            features_only,
+            return_all_hiddens,
+            classification_head_name,
+            masked_tokens,
+            segment_labels,
+            token_head_name,
+            **unused,
+        )
 
 
 @dataclass
@@ -138,11 +108,13 @@ class ElectraTaskConfig(RobertaExtMLMConfig):
     """``roberta_ext_mlm``'s options with ELECTRA's masking defaults."""
 
     leave_unmasked_prob: float = field(default=0.15, metadata={"help": "of the targets: fraction left unchanged"})
-    random_token_prob: float = field(default=0.0, metadata={"help": "of the targets: fraction replaced at random "
-                                                                    "(ELECTRA: none, the generator replaces)"})
+    random_token_prob: float = field(
+        default=0.0,
+        metadata={"help": "of the targets: fraction replaced at random (ELECTRA: none, the generator replaces)"},
+    )
 
 
-@register_task("electra", dataclass=ElectraTaskConfig)
+@register_task("roberta_ext_electra", dataclass=ElectraTaskConfig)
 class ElectraTask(RobertaExtMLMTask):
     """ELECTRA pretraining data: masked-LM batches whose targets the generator fills in."""
 
@@ -153,10 +125,11 @@ class ElectraTask(RobertaExtMLMTask):
 class ElectraLossConfig(FairseqDataclass):
     discriminator_weight: float = field(
         default=electra.DEFAULT_DISCRIMINATOR_WEIGHT,
-        metadata={"help": "lambda: weight of the discriminator's BCE against the generator's MLM loss"})
+        metadata={"help": "lambda: weight of the discriminator's BCE against the generator's MLM loss"},
+    )
 
 
-@register_criterion("electra", dataclass=ElectraLossConfig)
+@register_criterion("roberta_ext_electra", dataclass=ElectraLossConfig)
 class ElectraCriterion(FairseqCriterion):
     """``gen_loss + lambda * disc_loss``, each the mean over its batch (ELECTRA's objective).
 
@@ -175,9 +148,13 @@ class ElectraCriterion(FairseqCriterion):
     def forward(self, model: Any, sample: dict, reduce: bool = True):
         output = model(**sample["net_input"], electra_targets=sample["target"], disallowed_ids=self.disallowed_ids)
         if not isinstance(output, electra.ElectraOutput):
-            raise TypeError("criterion 'electra' needs an ELECTRA model: --arch electra_ext_* with --task electra")
-        parts = electra.electra_loss(output, padding_idx=self.padding_idx,
-                                     discriminator_weight=self.discriminator_weight)
+            raise TypeError(
+                "criterion 'roberta_ext_electra' needs an ELECTRA model: --arch electra_ext_* with "
+                "--task roberta_ext_electra"
+            )
+        parts = electra.electra_loss(
+            output, padding_idx=self.padding_idx, discriminator_weight=self.discriminator_weight
+        )
         logging_output = {
             "loss": parts.loss.detach(),
             "gen_loss": parts.generator_loss.detach(),

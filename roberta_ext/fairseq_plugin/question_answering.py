@@ -1,5 +1,5 @@
-"""Extractive QA in fairseq: the ``extractive_qa`` task and criterion, for any ``--arch`` of the
-plugin (``roberta_ext_*``, ``bert_ext_*``, ``electra_ext_*``, ``spanbert_ext_*``, ...).
+"""Extractive QA in fairseq: the ``roberta_ext_extractive_qa`` task and criterion, for any ``--arch``
+of the plugin (``roberta_ext_*``, ``bert_ext_*``, ``electra_ext_*``, ``spanbert_ext_*``, ...).
 
 Data: a directory with ``dict.txt`` (the pretrained model's), the GPT-2 BPE files
 ``encoder.json`` and ``vocab.bpe``, and one SQuAD-like JSON file per split (``train.json``,
@@ -37,17 +37,21 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ExtractiveQAConfig(FairseqDataclass):
-    data: str = field(default=MISSING, metadata={"help": "directory with dict.txt, encoder.json, vocab.bpe and "
-                                                          "SPLIT.json files"})
+    data: str = field(
+        default=MISSING, metadata={"help": "directory with dict.txt, encoder.json, vocab.bpe and SPLIT.json files"}
+    )
     max_positions: int = field(default=512, metadata={"help": "tokens per window, specials included"})
     doc_stride: Optional[int] = field(
-        default=None, metadata={"help": "context tokens between the starts of consecutive windows "
-                                        "(default: half a window)"})
-    max_question_tokens: int = field(default=qa.DEFAULT_MAX_QUESTION_TOKENS,
-                                     metadata={"help": "questions are cut to this many tokens"})
+        default=None,
+        metadata={"help": "context tokens between the starts of consecutive windows (default: half a window)"},
+    )
+    max_question_tokens: int = field(
+        default=qa.DEFAULT_MAX_QUESTION_TOKENS, metadata={"help": "questions are cut to this many tokens"}
+    )
     qa_head_name: str = field(default=qa.DEFAULT_HEAD, metadata={"help": "name of the start/end token head"})
     bpe_encoder_json: Optional[str] = field(
-        default=None, metadata={"help": "GPT-2 encoder.json (default: DATA/encoder.json)"})
+        default=None, metadata={"help": "GPT-2 encoder.json (default: DATA/encoder.json)"}
+    )
     bpe_vocab: Optional[str] = field(default=None, metadata={"help": "GPT-2 vocab.bpe (default: DATA/vocab.bpe)"})
     seed: int = II("common.seed")
 
@@ -76,8 +80,9 @@ class QAWindowDataset(SizedDataset):
         if not samples:
             return {}
         d = self.task.dictionary
-        batch = qa.collate_windows([s["window"] for s in samples], bos=d.bos(), eos=d.eos(), pad=d.pad(),
-                                   layout=self.task.layout)
+        batch = qa.collate_windows(
+            [s["window"] for s in samples], bos=d.bos(), eos=d.eos(), pad=d.pad(), layout=self.task.layout
+        )
         net_input = {"src_tokens": batch.tokens, "src_lengths": batch.tokens.ne(d.pad()).sum(1)}
         if batch.segment_labels is not None:
             net_input["segment_labels"] = batch.segment_labels
@@ -91,7 +96,7 @@ class QAWindowDataset(SizedDataset):
         }
 
 
-@register_task("extractive_qa", dataclass=ExtractiveQAConfig)
+@register_task("roberta_ext_extractive_qa", dataclass=ExtractiveQAConfig)
 class ExtractiveQATask(FairseqTask):
     """Fine-tune any plugin encoder to answer questions by pointing at a span of the context."""
 
@@ -109,8 +114,9 @@ class ExtractiveQATask(FairseqTask):
         data = utils.split_paths(cfg.data)[0]
         dict_path = os.path.join(data, "dict.txt")
         if not os.path.isfile(dict_path):
-            raise FileNotFoundError(f"no dictionary at {dict_path!r}: the QA data directory needs the "
-                                    "pretrained model's dict.txt")
+            raise FileNotFoundError(
+                f"no dictionary at {dict_path!r}: the QA data directory needs the pretrained model's dict.txt"
+            )
         dictionary = Dictionary.load(dict_path)
         tokenizer = qa.load_tokenizer(data, encoder_json=cfg.bpe_encoder_json, vocab_bpe=cfg.bpe_vocab)
         if len(tokenizer.dictionary) != len(dictionary) + 1:
@@ -126,7 +132,10 @@ class ExtractiveQATask(FairseqTask):
     def build_model(self, cfg: Any, from_checkpoint: bool = False) -> Any:
         model = super().build_model(cfg, from_checkpoint)
         if not hasattr(model, "register_token_head"):
-            raise TypeError(f"--task extractive_qa needs a model of this plugin (token heads); got {type(model).__name__}")
+            raise TypeError(
+                f"--task roberta_ext_extractive_qa needs a model of this plugin (token heads); "
+                f"got {type(model).__name__}"
+            )
         model.register_token_head(self.cfg.qa_head_name, 2)
         self._layout = qa.pair_layout(model.cfg)
         logger.info(f"QA head {self.cfg.qa_head_name!r}; pair layout: {self._layout}")
@@ -138,8 +147,13 @@ class ExtractiveQATask(FairseqTask):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"dataset not found: {split} ({path})")
         examples = qa.load_examples(path)
-        windows = qa.prepare_windows(examples, self.tokenizer.encode, max_positions=self.cfg.max_positions,
-                                     stride=self.cfg.doc_stride, max_question_tokens=self.cfg.max_question_tokens)
+        windows = qa.prepare_windows(
+            examples,
+            self.tokenizer.encode,
+            max_positions=self.cfg.max_positions,
+            stride=self.cfg.doc_stride,
+            max_question_tokens=self.cfg.max_question_tokens,
+        )
         answered = sum(w.start >= 0 for w in windows)
         logger.info(f"{split}: {len(examples)} questions -> {len(windows)} windows ({answered} holding the answer)")
         self.datasets[split] = QAWindowDataset(windows, self, shuffle=split == "train")
@@ -161,7 +175,7 @@ class ExtractiveQALossConfig(FairseqDataclass):
     qa_head_name: str = II("task.qa_head_name")
 
 
-@register_criterion("extractive_qa", dataclass=ExtractiveQALossConfig)
+@register_criterion("roberta_ext_extractive_qa", dataclass=ExtractiveQALossConfig)
 class ExtractiveQACriterion(FairseqCriterion):
     """Mean of the start and end cross-entropies per window, logged in bits like fairseq's
     classification criteria, with ``start_acc``, ``end_acc`` and ``span_acc`` (both right), in
@@ -176,8 +190,9 @@ class ExtractiveQACriterion(FairseqCriterion):
             raise KeyError(f"the model has no token head {self.head!r} (token heads: {sorted(model.token_heads)})")
         logits, _ = model(**sample["net_input"], features_only=True, token_head_name=self.head)  # (B, T, 2)
         target = sample["target"]
-        batch = qa.QABatch(sample["net_input"]["src_tokens"], None, sample["candidates"], target[:, 0], target[:, 1],
-                           [])
+        batch = qa.QABatch(
+            sample["net_input"]["src_tokens"], None, sample["candidates"], target[:, 0], target[:, 1], []
+        )
         parts = qa.qa_loss(logits, batch)
         size = target.size(0)
         logging_output = {

@@ -1,7 +1,7 @@
 """SpanBERT in fairseq: the ``spanbert_ext`` model (archs ``spanbert_ext_base``,
-``spanbert_ext_large``), the ``spanbert`` task and the ``spanbert`` criterion. No NSP.
+``spanbert_ext_large``), the ``roberta_ext_spanbert`` task and criterion. No NSP.
 
-As with ELECTRA, one architecture serves pretraining and fine-tuning: under ``--task spanbert``
+As with ELECTRA, one architecture serves pretraining and fine-tuning: under ``--task roberta_ext_spanbert``
 the model carries the span boundary head; under any other task it is the encoder alone, and
 restoring a pretraining checkpoint drops the head while loading.
 
@@ -22,13 +22,12 @@ from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.tasks import register_task
 from fairseq.utils import safe_getattr
 
-from ..modeling import spanbert
-from .electra import drop_absent_modules
-from .models import RobertaExtConfig, RobertaExtModel, roberta_ext_base, roberta_ext_large
+from ..families import spanbert
+from .models import RobertaExtConfig, RobertaExtModel
 from .tasks import RobertaExtMLMConfig, RobertaExtMLMTask
 
 logger = logging.getLogger(__name__)
@@ -40,24 +39,30 @@ class SpanBertExtConfig(RobertaExtConfig):
 
     sbo_max_span_length: int = field(
         default=spanbert.DEFAULT_MAX_SPAN_LENGTH,
-        metadata={"help": "rows of the SBO position table (offsets within a span are clamped to it)"})
+        metadata={"help": "rows of the SBO position table (offsets within a span are clamped to it)"},
+    )
     sbo_position_dim: Optional[int] = field(
-        default=None, metadata={"help": "width of the SBO position embeddings (default: the hidden size)"})
+        default=None, metadata={"help": "width of the SBO position embeddings (default: the hidden size)"}
+    )
 
 
 @register_model("spanbert_ext", dataclass=SpanBertExtConfig)
 class SpanBertExtModel(RobertaExtModel):
-    """The encoder with its MLM head; with a span boundary head under ``--task spanbert``."""
+    """The encoder with its MLM head; with a span boundary head under ``--task roberta_ext_spanbert``."""
+
+    def __init__(self, args: Any, cfg: Any, *, pretraining: bool = False) -> None:
+        super().__init__(args, cfg)
+        if pretraining:  # the module of SpanBertPretrainingModel, declared here as there
+            self.sbo_head = spanbert.make_sbo_head(
+                self,
+                max_span_length=safe_getattr(args, "sbo_max_span_length", spanbert.DEFAULT_MAX_SPAN_LENGTH),
+                position_dim=safe_getattr(args, "sbo_position_dim", None),
+            )
 
     @classmethod
     def build_model(cls, args: Any, task: Any) -> "SpanBertExtModel":
-        model = super().build_model(args, task)
-        if getattr(task, "spanbert_pretraining", False):
-            spanbert.add_sbo_head(model,
-                                  max_span_length=safe_getattr(args, "sbo_max_span_length",
-                                                               spanbert.DEFAULT_MAX_SPAN_LENGTH),
-                                  position_dim=safe_getattr(args, "sbo_position_dim", None))
-        return model
+        cfg = cls.checked_config(args, task)
+        return cls(args, cfg, pretraining=getattr(task, "spanbert_pretraining", False))
 
     def forward(
         self,
@@ -72,42 +77,25 @@ class SpanBertExtModel(RobertaExtModel):
         **unused: Any,
     ):
         """With ``spanbert_targets`` (the masked-LM targets), the MLM and SBO logits of the
-        masked tokens as a :class:`~roberta_ext.modeling.spanbert.SpanBertOutput`; otherwise
+        masked tokens as a :class:`~roberta_ext.families.spanbert.SpanBertOutput`; otherwise
         the usual encoder forward."""
         if spanbert_targets is not None:
             if spanbert.SBO_HEAD not in self._modules:
-                raise ValueError("this spanbert_ext model has no span boundary head: it is built for "
-                                 "pretraining only under --task spanbert")
+                raise ValueError(
+                    "this spanbert_ext model has no span boundary head: it is built for "
+                    "pretraining only under --task roberta_ext_spanbert"
+                )
             return spanbert.spanbert_forward(self, src_tokens, spanbert_targets, segment_labels=segment_labels)
-        return super().forward(src_tokens, features_only, return_all_hiddens, classification_head_name,
-                               masked_tokens, segment_labels, token_head_name, **unused)
-
-    def upgrade_state_dict_named(self, state_dict: dict, name: str) -> None:
-        drop_absent_modules(self, state_dict, f"{name}." if name else "", spanbert.PRETRAINING_ONLY)
-        super().upgrade_state_dict_named(state_dict, name)
-
-
-SPANBERT_DEFAULTS = {"family": "spanbert", "type_vocab_size": 2, "position_style": "absolute",
-                     "layer_norm_eps": 1e-12, "pooler": False}
-
-
-def _spanbert(args: Any) -> None:
-    for option, default in SPANBERT_DEFAULTS.items():
-        setattr(args, option, safe_getattr(args, option, default))
-
-
-@register_model_architecture("spanbert_ext", "spanbert_ext_base")
-def spanbert_ext_base(args: Any) -> None:
-    """SpanBERT-base: BERT-base's shape (12 x 768), segments and absolute positions, no pooler."""
-    _spanbert(args)
-    roberta_ext_base(args)
-
-
-@register_model_architecture("spanbert_ext", "spanbert_ext_large")
-def spanbert_ext_large(args: Any) -> None:
-    """SpanBERT-large: 24 x 1024, 16 heads."""
-    _spanbert(args)
-    roberta_ext_large(args)
+        return super().forward(
+            src_tokens,
+            features_only,
+            return_all_hiddens,
+            classification_head_name,
+            masked_tokens,
+            segment_labels,
+            token_head_name,
+            **unused,
+        )
 
 
 @dataclass
@@ -117,7 +105,7 @@ class SpanBertTaskConfig(RobertaExtMLMConfig):
     span_masking: bool = field(default=True, metadata={"help": "SpanBERT: geometric spans of whole words"})
 
 
-@register_task("spanbert", dataclass=SpanBertTaskConfig)
+@register_task("roberta_ext_spanbert", dataclass=SpanBertTaskConfig)
 class SpanBertTask(RobertaExtMLMTask):
     """SpanBERT pretraining data: span-masked batches (no sentence pairs, no NSP)."""
 
@@ -129,7 +117,7 @@ class SpanBertLossConfig(FairseqDataclass):
     """No options: both losses count fully, as in the paper."""
 
 
-@register_criterion("spanbert", dataclass=SpanBertLossConfig)
+@register_criterion("roberta_ext_spanbert", dataclass=SpanBertLossConfig)
 class SpanBertCriterion(FairseqCriterion):
     """MLM + SBO cross-entropy summed over the masked tokens. Logged in bits per masked token,
     like ``roberta_ext_mlm``: ``loss`` (the sum of the two), ``mlm_loss``, ``sbo_loss``, and the
@@ -141,7 +129,9 @@ class SpanBertCriterion(FairseqCriterion):
     def forward(self, model: Any, sample: dict, reduce: bool = True):
         output = model(**sample["net_input"], spanbert_targets=sample["target"])
         if not isinstance(output, spanbert.SpanBertOutput):
-            raise TypeError("criterion 'spanbert' needs --arch spanbert_ext_* with --task spanbert")
+            raise TypeError(
+                "criterion 'roberta_ext_spanbert' needs --arch spanbert_ext_* with --task roberta_ext_spanbert"
+            )
         parts = spanbert.spanbert_loss(output)
         logging_output = {
             "loss": parts.loss.detach(),

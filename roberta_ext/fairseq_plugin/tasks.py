@@ -18,7 +18,15 @@ from typing import Any, Optional
 import numpy as np
 import torch
 from fairseq import utils
-from fairseq.data import BaseWrapperDataset, Dictionary, FairseqDataset, PrependTokenDataset, SortDataset, TokenBlockDataset, data_utils
+from fairseq.data import (
+    BaseWrapperDataset,
+    Dictionary,
+    FairseqDataset,
+    PrependTokenDataset,
+    SortDataset,
+    TokenBlockDataset,
+    data_utils,
+)
 from fairseq.data.shorten_dataset import maybe_shorten_dataset
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
@@ -27,18 +35,27 @@ from fairseq.tasks.sentence_prediction import SentencePredictionConfig, Sentence
 from omegaconf import II, MISSING
 
 from ..data.masking import BatchMasker, MaskingConfig
-from ..tokenizers.gpt2_bpe import GPT2BPE
+from ..data.word_starts import gpt2_word_starts
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class RobertaExtMLMConfig(FairseqDataclass):
-    data: str = field(default=MISSING, metadata={"help": "data directory (dict.txt + train/valid .bin/.idx); "
-                                                          "colon-separated directories are used round-robin by epoch"})
+    data: str = field(
+        default=MISSING,
+        metadata={
+            "help": "data directory (dict.txt + train/valid .bin/.idx); "
+            "colon-separated directories are used round-robin by epoch"
+        },
+    )
     sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(
-        default="none", metadata={"help": "none: fill blocks of --tokens-per-sample; complete: break only at sentence "
-                                          "ends; complete_doc: also respect documents; eos: one sentence per block"})
+        default="none",
+        metadata={
+            "help": "none: fill blocks of --tokens-per-sample; complete: break only at sentence "
+            "ends; complete_doc: also respect documents; eos: one sentence per block"
+        },
+    )
     tokens_per_sample: int = field(default=512, metadata={"help": "tokens per block, <s> included"})
     mask_prob: float = field(default=0.15, metadata={"help": "fraction of tokens chosen as targets"})
     leave_unmasked_prob: float = field(default=0.1, metadata={"help": "of the targets: fraction left unchanged"})
@@ -49,34 +66,22 @@ class RobertaExtMLMConfig(FairseqDataclass):
     span_p: float = field(default=0.2, metadata={"help": "geometric parameter of span lengths"})
     span_max_words: int = field(default=10, metadata={"help": "longest span, in words"})
     bpe_encoder_json: Optional[str] = field(
-        default=None, metadata={"help": "GPT-2 encoder.json, to find word starts (default: DATA/encoder.json)"})
+        default=None, metadata={"help": "GPT-2 encoder.json, to find word starts (default: DATA/encoder.json)"}
+    )
     bpe_vocab: Optional[str] = field(
-        default=None, metadata={"help": "GPT-2 vocab.bpe, to find word starts (default: DATA/vocab.bpe)"})
+        default=None, metadata={"help": "GPT-2 vocab.bpe, to find word starts (default: DATA/vocab.bpe)"}
+    )
     shorten_method: SHORTEN_METHOD_CHOICES = field(default="none", metadata={"help": "shorten over-long sequences"})
     shorten_data_split_list: str = field(default="", metadata={"help": "splits to shorten (default: all)"})
     # fairseq reuses the data loader across epochs by default; with --num-workers > 0 its
     # persistent workers would keep their copy of epoch 1 and repeat epoch 1's masks.
-    reuse_dataloader: bool = field(default=False, metadata={
-        "help": "reuse the data loader (and its worker processes) across epochs; off, so workers see the epoch"})
+    reuse_dataloader: bool = field(
+        default=False,
+        metadata={
+            "help": "reuse the data loader (and its worker processes) across epochs; off, so workers see the epoch"
+        },
+    )
     seed: int = II("common.seed")
-
-
-def gpt2_word_starts(dictionary: Dictionary, encoder_json: str, vocab_bpe: str) -> torch.Tensor:
-    """Bool per dictionary index: does it start a word? fairseq's ``get_whole_word_mask`` rule:
-    specials and ``madeupword`` fillers count as word starts, a BPE token does when its text
-    starts with a space."""
-    bpe = GPT2BPE.from_files(encoder_json, vocab_bpe)
-
-    def starts(index: int) -> bool:
-        symbol = dictionary[index]
-        if index < dictionary.nspecial or symbol.startswith("madeupword"):
-            return True
-        try:
-            return bpe.is_beginning_of_word(symbol)
-        except (ValueError, KeyError):
-            return True
-
-    return torch.tensor([starts(i) for i in range(len(dictionary))], dtype=torch.bool)
 
 
 class BatchMaskedLMDataset(BaseWrapperDataset):
@@ -188,11 +193,17 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
             vocab_bpe = cfg.bpe_vocab or os.path.join(data_path, "vocab.bpe")
             for path, option in ((encoder_json, "--bpe-encoder-json"), (vocab_bpe, "--bpe-vocab")):
                 if not os.path.isfile(path):
-                    raise FileNotFoundError(f"whole-word and span masking need the GPT-2 BPE files to find word "
-                                            f"starts: {path!r} does not exist (pass {option})")
+                    raise FileNotFoundError(
+                        f"whole-word and span masking need the GPT-2 BPE files to find word "
+                        f"starts: {path!r} does not exist (pass {option})"
+                    )
             word_starts = gpt2_word_starts(self.dictionary, encoder_json, vocab_bpe)
         d = self.dictionary
-        specials = [*range(d.nspecial), self.mask_idx, *(i for i, s in enumerate(d.symbols) if s.startswith("madeupword"))]
+        specials = [
+            *range(d.nspecial),
+            self.mask_idx,
+            *(i for i, s in enumerate(d.symbols) if s.startswith("madeupword")),
+        ]
         return BatchMasker(
             MaskingConfig(
                 mask_prob=cfg.mask_prob,
@@ -220,11 +231,22 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
         dataset = data_utils.load_indexed_dataset(split_path, self.source_dictionary, combine=combine)
         if dataset is None:
             raise FileNotFoundError(f"dataset not found: {split} ({split_path}.bin/.idx)")
-        dataset = maybe_shorten_dataset(dataset, split, self.cfg.shorten_data_split_list, self.cfg.shorten_method,
-                                        self.cfg.tokens_per_sample, self.cfg.seed)
-        dataset = TokenBlockDataset(dataset, dataset.sizes, self.cfg.tokens_per_sample - 1,  # one less for <s>
-                                    pad=self.dictionary.pad(), eos=self.dictionary.eos(),
-                                    break_mode=self.cfg.sample_break_mode)
+        dataset = maybe_shorten_dataset(
+            dataset,
+            split,
+            self.cfg.shorten_data_split_list,
+            self.cfg.shorten_method,
+            self.cfg.tokens_per_sample,
+            self.cfg.seed,
+        )
+        dataset = TokenBlockDataset(
+            dataset,
+            dataset.sizes,
+            self.cfg.tokens_per_sample - 1,  # one less for <s>
+            pad=self.dictionary.pad(),
+            eos=self.dictionary.eos(),
+            break_mode=self.cfg.sample_break_mode,
+        )
         logger.info(f"loaded {len(dataset)} blocks from: {split_path}")
         dataset = PrependTokenDataset(dataset, self.dictionary.bos())
         masked = BatchMaskedLMDataset(dataset, self._masker(data_path), self.dictionary.pad())

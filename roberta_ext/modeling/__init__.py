@@ -1,17 +1,13 @@
-"""Encoder models in plain PyTorch: configs, the shared transformer core and heads.
+"""The encoder core in plain PyTorch: the config, the transformer (written once) and its heads.
 
 Every family (RoBERTa, BERT, ALBERT, ...) is the same :class:`RobertaModel` built from a
-different :class:`EncoderConfig`; each family's file holds its presets and what is truly its own.
+different :class:`EncoderConfig`; what each family adds lives in :mod:`roberta_ext.families`.
 """
 
-from . import albert, bert, electra, spanbert
-from .config import PRESETS, EncoderConfig
+from .config import EncoderConfig
 from .encoder import TransformerEncoder, TransformerEncoderLayer
 from .heads import ClassificationHead, LMHead, PooledClassificationHead, Pooler, TokenClassificationHead
-from .roberta import RobertaModel
-
-for _family in (bert, albert, electra, spanbert):
-    PRESETS.update(_family.PRESETS)
+from .model import RobertaModel
 
 EncoderModel = RobertaModel
 """The family-neutral name of the model class."""

@@ -1,19 +1,52 @@
-"""What a RoBERTa-family encoder is: one dataclass, and named presets.
+"""What a RoBERTa-family encoder is: one dataclass, the only declaration of the model options.
 
-Field names follow fairseq's model options (``--encoder-layers`` becomes
-``encoder_layers``) so that a fairseq ``args``/``cfg`` maps onto this config by name.
+Field names follow fairseq's model options (``--encoder-layers`` becomes ``encoder_layers``) so
+that a fairseq ``args``/``cfg`` maps onto this config by name. Each field is declared with
+:func:`option`: its default, its help text and, where it differs, its fairseq name. Every other
+view of the options is derived from these fields — the fairseq plugin's model dataclass and
+architectures (``fairseq_plugin/models.py``), the options a checkpoint records
+(:data:`CHECKPOINT_OPTIONS`) — so nothing can drift. The presets live with their families
+(:mod:`roberta_ext.families`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_accurate", "relu", "tanh", "linear")
-FAMILIES = ("roberta", "bert", "albert", "electra", "spanbert")
 POSITION_STYLES = ("fairseq", "absolute")
 LAYER_SHARING = ("none", "all", "ffn", "attention")
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    choices: Sequence[str] | None = None,
+    fairseq_name: str | None = None,
+    plugin: bool = True,
+) -> Any:
+    """One model option: a dataclass field whose metadata the other views read.
+
+    ``help`` is the text of ``fairseq-train --help``; ``choices`` the allowed values;
+    ``fairseq_name`` the option's name in fairseq when ours differs; ``plugin=False`` for
+    options that are not command-line flags (the vocabulary comes from ``dict.txt``).
+
+    >>> [f.metadata["fairseq_name"] for f in dataclasses.fields(EncoderConfig) if f.name == "untie_weights"]
+    ['untie_weights_roberta']
+    """
+    return dataclasses.field(
+        default=default,
+        metadata={
+            "help": help,
+            "choices": tuple(choices) if choices else None,
+            "fairseq_name": fairseq_name,
+            "plugin": plugin,
+        },
+    )
 
 
 @dataclass(kw_only=True)
@@ -25,81 +58,64 @@ class EncoderConfig:
     (12, 768, 512)
     """
 
-    vocab_size: int = 50265
-    """Rows of the token embedding (= len(dict.txt) + 4 specials + ``<mask>``)."""
-
-    padding_idx: int = 1
-    """Index of ``<pad>``. Learned positions start at ``padding_idx + 1`` (fairseq's convention)."""
-
-    encoder_layers: int = 12
-    """Number of transformer layers."""
-
-    encoder_embed_dim: int = 768
-    """Width of the residual stream."""
-
-    encoder_ffn_embed_dim: int = 3072
-    """Inner width of the feed-forward block."""
-
-    encoder_attention_heads: int = 12
-    """Number of attention heads; must divide ``encoder_embed_dim``."""
-
-    max_positions: int = 512
-    """Longest input in tokens; the position table has ``max_positions + padding_idx + 1`` rows."""
-
-    activation_fn: str = "gelu"
-    """Activation of the feed-forward block and of the LM head."""
-
-    pooler_activation_fn: str = "tanh"
-    """Activation inside classification heads."""
-
-    encoder_normalize_before: bool = False
-    """Pre-LN layers (and a final LayerNorm) when True; RoBERTa is post-LN."""
-
-    layernorm_embedding: bool = True
-    """LayerNorm over the summed embeddings (RoBERTa has one)."""
-
-    untie_weights: bool = False
-    """When True the LM head owns its output matrix instead of reusing ``embed_tokens``."""
-
-    dropout: float = 0.1
-    """Dropout on embeddings and residual branches."""
-
-    attention_dropout: float = 0.1
-    """Dropout on attention probabilities."""
-
-    activation_dropout: float = 0.0
-    """Dropout after the feed-forward activation."""
-
-    pooler_dropout: float = 0.0
-    """Dropout inside classification heads."""
+    vocab_size: int = option(
+        50265, "Rows of the token embedding (= len(dict.txt) + 4 specials + <mask>).", plugin=False
+    )
+    padding_idx: int = option(
+        1, "Index of <pad>. Learned positions start at padding_idx + 1 (fairseq's convention).", plugin=False
+    )
+    encoder_layers: int = option(12, "number of encoder layers")
+    encoder_embed_dim: int = option(768, "encoder embedding dimension: the width of the residual stream")
+    encoder_ffn_embed_dim: int = option(
+        3072, "encoder embedding dimension for FFN: the feed-forward block's inner width"
+    )
+    encoder_attention_heads: int = option(12, "number of attention heads; must divide encoder_embed_dim")
+    max_positions: int = option(
+        512,
+        "number of positional embeddings to learn: the longest input in tokens (fairseq's position table "
+        "has max_positions + padding_idx + 1 rows)",
+    )
+    activation_fn: str = option(
+        "gelu", "activation function of the feed-forward block and the LM head", choices=ACTIVATIONS
+    )
+    pooler_activation_fn: str = option("tanh", "activation function inside classification heads", choices=ACTIVATIONS)
+    encoder_normalize_before: bool = option(False, "pre-LN layers and a final LayerNorm (RoBERTa is post-LN)")
+    layernorm_embedding: bool = option(True, "LayerNorm over the summed embeddings (every family has one)")
+    untie_weights: bool = option(
+        False, "untie the LM head's output matrix from the token embeddings", fairseq_name="untie_weights_roberta"
+    )
+    dropout: float = option(0.1, "dropout probability on embeddings and residual branches")
+    attention_dropout: float = option(0.1, "dropout probability on attention weights")
+    activation_dropout: float = option(0.0, "dropout probability after the feed-forward activation")
+    pooler_dropout: float = option(0.0, "dropout probability inside classification heads")
 
     # ---- what distinguishes the families (RoBERTa's values are the defaults) ----
 
-    family: str = "roberta"
-    """Which family's conventions the model follows (tokenizer, pair layout, objectives):
-    one of :data:`FAMILIES`. The layers are the same for all of them."""
-
-    embedding_size: int | None = None
-    """Width of the token, position and segment embeddings. ``None`` means ``encoder_embed_dim``;
-    smaller values give ALBERT's factorized embeddings (V x E, then an E -> H projection)."""
-
-    type_vocab_size: int = 0
-    """Rows of the segment (token-type) embedding; BERT and ALBERT have 2, RoBERTa none."""
-
-    position_style: str = "fairseq"
-    """``fairseq``: positions count real tokens from ``padding_idx + 1`` (RoBERTa);
-    ``absolute``: position ``t`` is row ``t`` (BERT, ALBERT, ELECTRA)."""
-
-    layer_norm_eps: float = 1e-5
-    """Epsilon of every LayerNorm (BERT's family uses 1e-12)."""
-
-    share_layers: str = "none"
-    """ALBERT's cross-layer parameter sharing: ``all`` layers one set of weights, only the
-    ``ffn`` blocks, only the ``attention`` blocks, or ``none``."""
-
-    pooler: bool = False
-    """BERT's pooler (dense + tanh on the first token) under sentence-level heads (NSP, SOP,
-    sequence classification); without it each classification head has its own dense layer."""
+    family: str = option("roberta", "family conventions: tokenizer, pair layout, objectives (roberta_ext/families/)")
+    embedding_size: int | None = option(
+        None,
+        "width E of the token, position and segment embeddings; None: the hidden size; smaller: ALBERT's "
+        "factorized embeddings (V x E, then an E -> H projection)",
+    )
+    type_vocab_size: int = option(0, "rows of the segment (token-type) embedding: 2 for BERT and ALBERT, 0 for RoBERTa")
+    position_style: str = option(
+        "fairseq",
+        "fairseq: positions count real tokens from padding_idx + 1 (RoBERTa); absolute: position t is "
+        "row t (BERT, ALBERT, ELECTRA)",
+        choices=POSITION_STYLES,
+    )
+    layer_norm_eps: float = option(1e-5, "epsilon of every LayerNorm (BERT's family: 1e-12)")
+    share_layers: str = option(
+        "none",
+        "ALBERT's cross-layer sharing: all layers one set of weights, only the ffn blocks, only the "
+        "attention blocks, or none",
+        choices=LAYER_SHARING,
+    )
+    pooler: bool = option(
+        False,
+        "BERT's pooler (dense + tanh on the first token) under sentence-level heads; without it each "
+        "classification head has its own dense layer",
+    )
 
     def __post_init__(self) -> None:
         if self.encoder_embed_dim % self.encoder_attention_heads:
@@ -113,8 +129,10 @@ class EncoderConfig:
         for field in ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "max_positions", "vocab_size"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
-        for field, allowed in (("family", FAMILIES), ("position_style", POSITION_STYLES),
-                               ("share_layers", LAYER_SHARING)):
+        from ..families import get_family
+
+        get_family(self.family)  # a ValueError naming the known families
+        for field, allowed in (("position_style", POSITION_STYLES), ("share_layers", LAYER_SHARING)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {allowed}")
         if self.embedding_size is not None and self.embedding_size <= 0:
@@ -135,7 +153,7 @@ class EncoderConfig:
             return self.max_positions
         return self.max_positions + self.padding_idx + 1
 
-    def replace(self, **changes: Any) -> "EncoderConfig":
+    def replace(self, **changes: Any) -> EncoderConfig:
         """A copy with some fields changed.
 
         >>> EncoderConfig.preset("tiny").replace(encoder_layers=4).encoder_layers
@@ -144,7 +162,7 @@ class EncoderConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "EncoderConfig":
+    def preset(cls, name: str, **overrides: Any) -> EncoderConfig:
         """A named shape: ``tiny`` (tests), ``base`` (12x768) or ``large`` (24x1024) for
         RoBERTa, and ``FAMILY-SIZE`` for the others (``bert-base``, ``albert-tiny``, ...).
 
@@ -153,14 +171,12 @@ class EncoderConfig:
         >>> EncoderConfig.preset("albert-base").embedding_size
         128
         """
-        try:
-            make = PRESETS[name]
-        except KeyError:
-            raise ValueError(f"unknown preset {name!r}; known presets: {sorted(PRESETS)}") from None
-        return make().replace(**overrides)
+        from ..families import preset
+
+        return preset(name).replace(**overrides)
 
     @classmethod
-    def from_fairseq(cls, options: Mapping[str, Any], **overrides: Any) -> "EncoderConfig":
+    def from_fairseq(cls, options: Mapping[str, Any], **overrides: Any) -> EncoderConfig:
         """Read fairseq's model options (``args`` as a dict or ``cfg["model"]``).
 
         Unknown options are ignored; fairseq's names that differ from ours are mapped.
@@ -170,7 +186,8 @@ class EncoderConfig:
         """
         arch = options.get("arch") or options.get("_name") or ""
         base = cls.preset("large") if "large" in str(arch) else cls.preset("base")
-        renames = {"untie_weights_roberta": "untie_weights", "encoder_layernorm_embedding": "layernorm_embedding"}
+        renames = {fairseq: ours for ours, fairseq in FAIRSEQ_NAMES.items() if fairseq != ours}
+        renames["encoder_layernorm_embedding"] = "layernorm_embedding"  # fairseq's transformer encoder's name
         names = {f.name for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for key, value in options.items():
@@ -181,26 +198,11 @@ class EncoderConfig:
         return base.replace(**values)
 
 
-def _tiny() -> EncoderConfig:
-    return EncoderConfig(
-        vocab_size=64,
-        encoder_layers=2,
-        encoder_embed_dim=32,
-        encoder_ffn_embed_dim=64,
-        encoder_attention_heads=4,
-        max_positions=64,
-    )
+FAIRSEQ_NAMES: dict[str, str] = {
+    f.name: f.metadata["fairseq_name"] or f.name for f in dataclasses.fields(EncoderConfig)
+}
+"""Our field name -> the name of the same option in fairseq (``untie_weights_roberta``)."""
 
-
-def _base() -> EncoderConfig:
-    return EncoderConfig()
-
-
-def _large() -> EncoderConfig:
-    return EncoderConfig(
-        encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16
-    )
-
-
-PRESETS: dict[str, Callable[[], EncoderConfig]] = {"tiny": _tiny, "base": _base, "large": _large}
-"""Named configs. RoBERTa's are here; each family's file adds its own (``bert-base``, ...)."""
+CHECKPOINT_OPTIONS: tuple[str, ...] = tuple(name for name in FAIRSEQ_NAMES if name != "vocab_size")
+"""The fields a checkpoint written here records under ``cfg["model"]`` (by their fairseq names,
+:data:`FAIRSEQ_NAMES`); the vocabulary size is the embedding's row count."""

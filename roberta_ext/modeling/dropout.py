@@ -74,8 +74,9 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
-              dropout_p: float = 0.0) -> torch.Tensor:
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0
+) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` (no causal mask, default scale), except that with
     dropout on the CPU — where SDPA falls back to its unfused path anyway — the probabilities
     are dropped with :func:`dropout`. ``attn_mask``: bool, True where a key may be attended."""

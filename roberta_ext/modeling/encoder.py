@@ -8,8 +8,8 @@ loads in fairseq, without renaming a single key. Unlike fairseq, tensors are bat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,8 @@ class LearnedPositionalEmbedding(nn.Embedding):
     """Position table with fairseq's offset: row ``padding_idx`` is padding, real positions
     start at ``padding_idx + 1`` (hence 514 rows for 512 tokens)."""
 
+    padding_idx: int  # never None here (nn.Embedding's is optional)
+
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int) -> None:
         super().__init__(num_embeddings, embedding_dim, padding_idx)
         self.max_positions = num_embeddings - padding_idx - 1
@@ -91,9 +93,7 @@ class MultiheadSelfAttention(nn.Module):
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
 
-    def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None) -> torch.Tensor:
         """``x``: (B, T, C) with ``attn_mask`` (B, 1, 1, T) bool, True where a key may be attended;
         or packed (N, C) — the real tokens of several sequences back to back — with ``packing``."""
         if packing is not None:
@@ -153,21 +153,27 @@ class Packing:
         return not self.padding_mask.is_cuda
 
 
-def per_sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing,
-                           dropout_p: float) -> torch.Tensor:
+def per_sequence_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+) -> torch.Tensor:
     """Packed (N, H, D) queries, keys and values -> (N, H, D), one SDPA call per sequence."""
     # A leading batch dimension of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
-    return torch.cat([
-        attention(qs.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None],
-                  dropout_p=dropout_p)[0].transpose(0, 1)  # (L, H, D)
-        for qs, ks, vs in zip(q.split(packing.seq_lens), k.split(packing.seq_lens), v.split(packing.seq_lens))
-    ])
+    return torch.cat(
+        [
+            attention(
+                qs.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], dropout_p=dropout_p
+            )[0].transpose(0, 1)  # (L, H, D)
+            for qs, ks, vs in zip(q.split(packing.seq_lens), k.split(packing.seq_lens), v.split(packing.seq_lens))
+        ]
+    )
 
 
-def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing,
-                     dropout_p: float) -> torch.Tensor:
+def padded_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+) -> torch.Tensor:
     """Packed (N, H, D) -> (N, H, D) in one SDPA call over the batch, padded back to (B, H, T, D)
     with padded keys masked out."""
+
     def padded(t: torch.Tensor) -> torch.Tensor:
         return packing.unpack(t).transpose(1, 2)  # (B, H, T, D)
 
@@ -193,9 +199,7 @@ class TransformerEncoderLayer(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.activation_dropout = Dropout(cfg.activation_dropout)
 
-    def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None) -> torch.Tensor:
         """``x``: (B, T, C) with ``attn_mask``, or packed (N, C) with ``packing`` (see the attention)."""
         residual = x
         if self.normalize_before:
@@ -274,6 +278,7 @@ class TransformerEncoder(nn.Module):
         self.padding_idx = cfg.padding_idx
         dim, embed_dim = cfg.encoder_embed_dim, cfg.embed_dim
         self.embed_tokens = nn.Embedding(cfg.vocab_size, embed_dim, cfg.padding_idx)
+        self.embed_positions: AbsolutePositionalEmbedding | LearnedPositionalEmbedding
         if cfg.position_style == "absolute":
             self.embed_positions = AbsolutePositionalEmbedding(cfg.num_position_embeddings, embed_dim)
         else:

@@ -17,8 +17,16 @@ class LMHead(nn.Module):
     the embedding size ``embed_dim`` (RoBERTa and BERT: the two are equal).
     """
 
-    def __init__(self, embed_dim: int, output_dim: int, activation_fn: str, weight: nn.Parameter | None = None,
-                 *, input_dim: int | None = None, layer_norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        embed_dim: int,
+        output_dim: int,
+        activation_fn: str,
+        weight: torch.Tensor | None = None,  # a Parameter to tie (torch types Embedding.weight as Tensor)
+        *,
+        input_dim: int | None = None,
+        layer_norm_eps: float = 1e-5,
+    ):
         super().__init__()
         self.dense = nn.Linear(input_dim or embed_dim, embed_dim)
         self.activation_fn = get_activation_fn(activation_fn)

@@ -17,11 +17,11 @@ import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from pathlib import Path
 
 import regex
 from tqdm import tqdm
 
+from .._io import write_text_atomic
 from .gpt2_bpe import GPT2_SPLIT_PATTERN, bytes_to_unicode
 
 END_OF_TEXT = "<|endoftext|>"
@@ -121,20 +121,14 @@ def _apply_merge(symbols: list[str], pair: tuple[str, str], merged: str) -> list
 
 
 def write_bpe_files(
-    encoder: dict[str, int], merges: list[tuple[str, str]], encoder_json: str | os.PathLike, vocab_bpe: str | os.PathLike
+    encoder: dict[str, int],
+    merges: list[tuple[str, str]],
+    encoder_json: str | os.PathLike,
+    vocab_bpe: str | os.PathLike,
 ) -> None:
     """Write ``encoder.json`` and ``vocab.bpe`` in GPT-2's format, each atomically.
 
     >>> write_bpe_files(*train_bpe(count_words(["a b"]), 0), "/tmp/e.json", "/tmp/v.bpe")  # doctest: +SKIP
     """
-    _write_atomic(Path(encoder_json), json.dumps(encoder, ensure_ascii=False))
-    _write_atomic(Path(vocab_bpe), "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(encoder_json, json.dumps(encoder, ensure_ascii=False))
+    write_text_atomic(vocab_bpe, "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))

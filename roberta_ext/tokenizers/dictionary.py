@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+
+from .._io import atomic_write
 
 __all__ = ["Dictionary", "DictionaryFormatError"]
 
@@ -208,7 +209,9 @@ class Dictionary:
         d.symbols, d.count, d.indices = [], [], {}
         for index, symbol in enumerate(symbols):
             if symbol in d.indices:
-                raise DictionaryFormatError(f"{source}: {symbol!r} appears twice (indices {d.indices[symbol]} and {index})")
+                raise DictionaryFormatError(
+                    f"{source}: {symbol!r} appears twice (indices {d.indices[symbol]} and {index})"
+                )
             d.indices[symbol] = index
             d.symbols.append(symbol)
             d.count.append(1)
@@ -293,21 +296,9 @@ class Dictionary:
         >>> Dictionary.load(path) == d
         True
         """
-        path = Path(path)
         rows = self._rows()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as file:
-                file.writelines(rows)
-            # mkstemp creates the file owner-only; give it the mode a plain open() would.
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp_name, 0o666 & ~umask)
-            os.replace(tmp_name, path)
-        except BaseException:
-            os.unlink(tmp_name)
-            raise
+        with atomic_write(path, "w", encoding="utf-8", newline="\n") as file:
+            file.writelines(rows)
 
     def _rows(self) -> list[str]:
         seen = set(self.symbols[: self.nspecial])

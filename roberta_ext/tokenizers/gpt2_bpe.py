@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import regex
 
@@ -65,6 +66,7 @@ def split_words(text: str) -> list[str]:
     ['Hello', ' world', "'s", ' ', ' end', '!']
     """
     return (_ASCII_SPLIT if text.isascii() else _SPLIT).findall(text)
+
 
 # fairseq's GPT2BPE.decode passes exactly these dictionary symbols through as literal text; any
 # other symbol must be a GPT-2 id written as an integer, else int() raises ValueError (a
@@ -115,8 +117,7 @@ def _read_encoder_json(path: Path) -> dict[str, int]:
         raise GPT2BPEFormatError(f"{path}: not a valid JSON file ({error})") from None
     if not isinstance(encoder, dict):
         raise GPT2BPEFormatError(
-            f"{path}: expected a JSON object mapping token strings to ids, "
-            f"got a {type(encoder).__name__}"
+            f"{path}: expected a JSON object mapping token strings to ids, got a {type(encoder).__name__}"
         )
     return encoder
 
@@ -132,15 +133,12 @@ def _read_vocab_bpe(path: Path) -> list[tuple[str, str]]:
         raise GPT2BPEFormatError(f"{path}: not valid UTF-8 ({error})") from None
     if not lines[0].startswith("#version"):
         # fairseq skips line 1 unconditionally; a missing header would silently lose a merge.
-        raise GPT2BPEFormatError(
-            f"{path}:1: expected the '#version: 0.2' header line, got {lines[0]!r}"
-        )
+        raise GPT2BPEFormatError(f"{path}:1: expected the '#version: 0.2' header line, got {lines[0]!r}")
     if len(lines) > 1 and lines[-1]:
         # fairseq keeps lines[1:-1], assuming a final newline: without one the last merge is
         # dropped. We drop it too (ids must match fairseq's) but say so.
         warnings.warn(
-            f"{path} does not end with a newline; its last merge {lines[-1]!r} is ignored, "
-            "as fairseq ignores it",
+            f"{path} does not end with a newline; its last merge {lines[-1]!r} is ignored, as fairseq ignores it",
             stacklevel=4,
         )
     merges = []
@@ -167,9 +165,7 @@ def _check_vocabulary(
     owner_of_id: dict[int, str] = {}
     for token, token_id in encoder.items():
         if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
-            raise GPT2BPEFormatError(
-                f"{encoder_name}: id of {token!r} must be an int >= 0, got {token_id!r}"
-            )
+            raise GPT2BPEFormatError(f"{encoder_name}: id of {token!r} must be an int >= 0, got {token_id!r}")
         if token_id in owner_of_id:
             raise GPT2BPEFormatError(
                 f"{encoder_name}: id {token_id} is given to both {owner_of_id[token_id]!r} and {token!r}"
@@ -230,9 +226,7 @@ class ReferenceGPT2BPE:
         self.bpe_ranks = {merge: rank for rank, merge in enumerate(merges)}
 
     @classmethod
-    def from_files(
-        cls, encoder_json: str | os.PathLike[str], vocab_bpe: str | os.PathLike[str]
-    ) -> ReferenceGPT2BPE:
+    def from_files(cls, encoder_json: str | os.PathLike[str], vocab_bpe: str | os.PathLike[str]) -> ReferenceGPT2BPE:
         """Load ``encoder.json`` and ``vocab.bpe``, checked as by :meth:`GPT2BPE.from_files`."""
         return cls(*_load_files(encoder_json, vocab_bpe))
 
@@ -258,7 +252,7 @@ class ReferenceGPT2BPE:
 
     def encode(self, text: str) -> list[int]:
         """GPT-2 ids of ``text``."""
-        ids = []
+        ids: list[int] = []
         for word in regex.findall(GPT2_SPLIT_PATTERN, text):
             token = "".join(self.byte_encoder[b] for b in word.encode("utf-8"))
             ids.extend(self.encoder[piece] for piece in self.bpe(token))
@@ -273,7 +267,10 @@ class ReferenceGPT2BPE:
 # ----------------------------------------------------------------------------------------- fast
 
 
-class _WordCache(dict):
+_Item = TypeVar("_Item")  # what a word is encoded into: GPT-2 ids, WordPiece ids, BERT's basic tokens
+
+
+class _WordCache(dict[str, tuple[_Item, ...]], Generic[_Item]):
     """word -> encoded tuple; computes on a miss and forgets everything when full.
 
     Being a dict subclass with ``__missing__`` lets ``map(cache.__getitem__, words)`` run the
@@ -282,14 +279,14 @@ class _WordCache(dict):
 
     __slots__ = ("_compute", "_max_size")
 
-    def __init__(self, compute: Callable[[str], tuple[int, ...]], max_size: int) -> None:
+    def __init__(self, compute: Callable[[str], tuple[_Item, ...]], max_size: int) -> None:
         super().__init__()
         if max_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {max_size}")
         self._compute = compute
         self._max_size = max_size
 
-    def __missing__(self, word: str) -> tuple[int, ...]:
+    def __missing__(self, word: str) -> tuple[_Item, ...]:
         if len(self) >= self._max_size:
             self.clear()  # crude but bounded; real text has a small working set of words
         value = self[word] = self._compute(word)
@@ -324,8 +321,7 @@ class GPT2BPE:
         self._byte_symbols = str.maketrans({chr(b): s for b, s in bytes_to_unicode().items()})
         byte_of_symbol = {s: b for b, s in bytes_to_unicode().items()}
         self._bytes_of_id = {
-            token_id: bytes(map(byte_of_symbol.__getitem__, token))
-            for token, token_id in self.encoder.items()
+            token_id: bytes(map(byte_of_symbol.__getitem__, token)) for token, token_id in self.encoder.items()
         }
         self._cache = _WordCache(self._word_ids, cache_size)
 
@@ -473,15 +469,11 @@ class FairseqGPT2Tokenizer:
     'Hello world'
     """
 
-    def __init__(
-        self, bpe: GPT2BPE, dictionary: Dictionary, *, cache_size: int = DEFAULT_CACHE_SIZE
-    ) -> None:
+    def __init__(self, bpe: GPT2BPE, dictionary: Dictionary, *, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         self.bpe = bpe
         self.dictionary = dictionary
         # Precomputed once: the hot path never formats an id as text or looks up a symbol.
-        self._index_of_id = {
-            token_id: dictionary.index(str(token_id)) for token_id in bpe.decoder
-        }
+        self._index_of_id = {token_id: dictionary.index(str(token_id)) for token_id in bpe.decoder}
         # Our own cache of word -> dictionary indices, so a hit skips the GPT-2 ids entirely.
         self._cache = _WordCache(self._word_indices, cache_size)
 
@@ -509,6 +501,24 @@ class FairseqGPT2Tokenizer:
         [31414, 232]
         """
         return list(chain.from_iterable(map(self._cache.__getitem__, split_words(text))))
+
+    def encode_word(self, word: str, *, first: bool) -> list[int]:
+        """Indices of one word of a whitespace-split sentence: a word after the first gets its
+        leading space, as GPT-2 BPE sees it inside the sentence (tagging, word alignment).
+
+        >>> tok.encode_word("world", first=False) == tok.encode(" world")  # doctest: +SKIP
+        True
+        """
+        return self.encode(word if first else f" {word}")
+
+    def token_text(self, index: int) -> str:
+        """The text one dictionary entry adds to a sentence (``" 1977"``); a special symbol
+        (``<s>``, ``madeupword0000``, ...) as itself. How ``fill_mask`` writes its predictions."""
+        symbol = self.dictionary[index]
+        try:
+            return self.bpe.decode_fairseq_string(symbol)
+        except (ValueError, KeyError):
+            return symbol
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         """:meth:`encode` for each text.

@@ -15,7 +15,8 @@ serves both; when the dictionary *is* the tokenizer's vocabulary it passes ids s
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from .dictionary import Dictionary
 
@@ -31,6 +32,8 @@ class SubwordTokenizer(Protocol):
     pad_token: str
     unk_token: str
     mask_token: str
+    do_lower_case: bool
+    """Whether text is lowercased first (what an export writes to ``tokenizer_config.json``)."""
 
     def tokenize(self, text: str) -> list[str]: ...
 
@@ -60,15 +63,16 @@ class PieceTokenizer:
         self.pieces = pieces
         self.dictionary = dictionary
         self.kind = kind
-        # The dictionary is the tokenizer's own vocabulary: ids pass through unchanged.
-        self._identity = list(dictionary.symbols) == vocabulary(pieces)
+        self.is_identity = list(dictionary.symbols) == vocabulary(pieces)
+        """The dictionary is the tokenizer's own vocabulary: ids pass through unchanged."""
 
     @classmethod
     def for_vocabulary(cls, pieces: SubwordTokenizer, kind: str = "wordpiece") -> PieceTokenizer:
         """A tokenizer whose indices are the sub-word tokenizer's own ids (transformers' layout),
         with ``[CLS]``/``[SEP]`` playing fairseq's ``<s>``/``</s>``."""
-        dictionary = Dictionary.from_symbols(vocabulary(pieces), bos=pieces.cls_token, pad=pieces.pad_token,
-                                             eos=pieces.sep_token, unk=pieces.unk_token)
+        dictionary = Dictionary.from_symbols(
+            vocabulary(pieces), bos=pieces.cls_token, pad=pieces.pad_token, eos=pieces.sep_token, unk=pieces.unk_token
+        )
         return cls(pieces, dictionary, kind)
 
     @property
@@ -77,10 +81,15 @@ class PieceTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Indices of ``text``, without ``[CLS]``/``[SEP]`` (or ``<s>``/``</s>``)."""
-        if self._identity:
+        if self.is_identity:
             return self.pieces.encode(text)
         index = self.dictionary.index
         return [index(piece) for piece in self.pieces.tokenize(text)]
+
+    def encode_word(self, word: str, *, first: bool) -> list[int]:
+        """Indices of one word of a whitespace-split sentence (the same wherever it stands:
+        WordPiece and SentencePiece mark word starts themselves)."""
+        return self.encode(word)
 
     def decode(self, indices: Iterable[int]) -> str:
         """Text of ``indices``; the dictionary's ``bos``/``eos``/``pad`` are dropped."""
@@ -105,5 +114,5 @@ class PieceTokenizer:
         a continuation (how ``fill_mask`` writes its predictions)."""
         piece = self.dictionary[index]
         if self.kind == "wordpiece":
-            return piece[len(WORDPIECE_CONTINUATION):] if piece.startswith(WORDPIECE_CONTINUATION) else f" {piece}"
+            return piece[len(WORDPIECE_CONTINUATION) :] if piece.startswith(WORDPIECE_CONTINUATION) else f" {piece}"
         return piece.replace(SPM_SPACE, " ")

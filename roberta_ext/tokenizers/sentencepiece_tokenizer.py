@@ -36,13 +36,14 @@ from __future__ import annotations
 import io
 import os
 import re
-import tempfile
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import sentencepiece
 
+from .._io import write_bytes_atomic
 from .wordpiece import _lowercase_per_character  # transformers 4.x's per-character lowercasing
 
 __all__ = [
@@ -134,6 +135,8 @@ class SentencePieceTokenizer:
         self.source = source
         self.do_lower_case = do_lower_case
         self.keep_accents = keep_accents
+        self.model_proto = model_proto
+        """The ``spiece.model`` bytes, kept so that an export writes the very same model."""
         try:
             self.sp = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
         except (RuntimeError, OSError, TypeError) as error:
@@ -284,9 +287,11 @@ class SentencePieceTokenizer:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise ValueError(f"text {text[max(0, error.start - 20):error.end + 20]!r} has a lone surrogate at "
-                             f"index {error.start} ({text[error.start]!r}): not valid Unicode, which "
-                             "SentencePiece cannot tokenize") from None
+            raise ValueError(
+                f"text {text[max(0, error.start - 20) : error.end + 20]!r} has a lone surrogate at "
+                f"index {error.start} ({text[error.start]!r}): not valid Unicode, which "
+                "SentencePiece cannot tokenize"
+            ) from None
         pieces: list[str] = []
         for chunk, is_special in self._chunks(text):
             if is_special:
@@ -307,7 +312,8 @@ class SentencePieceTokenizer:
         """Text of ``ids``, as ``AlbertTokenizer.decode(ids)``: pieces decoded by SentencePiece,
         special tokens written as themselves with a space before a run of them."""
         specials = self._special_ids
-        text, run, previous_special = "", [], False
+        text, previous_special = "", False
+        run: list[str] = []
         for token in map(self.id_to_token, ids):
             if token in specials:
                 if not previous_special:
@@ -363,6 +369,7 @@ def train_sentencepiece(
     >>> sorted(os.listdir(folder))
     ['sp.model', 'sp.vocab']
     """
+
     def sentences() -> Iterator[str]:
         for text in texts:
             if do_lower_case:
@@ -370,7 +377,7 @@ def train_sentencepiece(
             yield preprocess_text(text, do_lower_case=do_lower_case, keep_accents=keep_accents)
 
     model = io.BytesIO()
-    options = dict(
+    options: dict[str, Any] = dict(  # SentencePiece trainer flags of all kinds
         model_type=model_type,
         vocab_size=vocab_size,
         pad_id=0,
@@ -394,24 +401,6 @@ def train_sentencepiece(
     )
     prefix = Path(model_prefix)
     model_path = prefix.with_name(prefix.name + ".model")
-    _write_atomically(model_path, model.getvalue())
-    _write_atomically(prefix.with_name(prefix.name + ".vocab"), vocab_rows.encode("utf-8"))
+    write_bytes_atomic(model_path, model.getvalue())
+    write_bytes_atomic(prefix.with_name(prefix.name + ".vocab"), vocab_rows.encode("utf-8"))
     return model_path
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then move it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        # mkstemp creates the file owner-only; give it the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_name, 0o666 & ~umask)
-        os.replace(tmp_name, path)
-    except BaseException:
-        os.unlink(tmp_name)
-        raise
-

@@ -41,7 +41,6 @@ from __future__ import annotations
 import heapq
 import os
 import re
-import tempfile
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -50,6 +49,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .._io import atomic_write
 from .gpt2_bpe import DEFAULT_CACHE_SIZE, _WordCache
 
 __all__ = [
@@ -369,20 +369,8 @@ def write_vocab(tokens: Sequence[str], path: str | os.PathLike[str]) -> None:
     for token in tokens:
         if "\n" in token or "\r" in token:
             raise ValueError(f"cannot write token {token!r} to {path}: it contains a line break")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as file:
-            file.writelines(f"{token}\n" for token in tokens)
-        # mkstemp creates the file owner-only; give it the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_name, 0o666 & ~umask)
-        os.replace(tmp_name, path)
-    except BaseException:
-        os.unlink(tmp_name)
-        raise
+    with atomic_write(path, "w", encoding="utf-8", newline="\n") as file:
+        file.writelines(f"{token}\n" for token in tokens)
 
 
 def _index_tokens(

@@ -91,8 +91,10 @@ def test_upgrade_splits_fused_projection_in_q_k_v_order():
 
 
 def test_fp16_checkpoint_loads_as_float32(model, tmp_path):
-    torch.save({"args": argparse.Namespace(encoder_attention_heads=4), "model": model.half().state_dict()},
-               tmp_path / "model.pt")
+    torch.save(
+        {"args": argparse.Namespace(encoder_attention_heads=4), "model": model.half().state_dict()},
+        tmp_path / "model.pt",
+    )
     loaded = load_roberta_checkpoint(tmp_path / "model.pt").model
     assert loaded.encoder.sentence_encoder.embed_tokens.weight.dtype == torch.float32
 
@@ -142,14 +144,13 @@ def test_a_shape_mismatch_is_named(model, tmp_path):
         load_roberta_checkpoint(tmp_path / "model.pt")
 
 
-
-
 @pytest.mark.parametrize("zip_format", [True, False])
 def test_a_pickle_that_tries_to_run_code_is_refused_and_nothing_runs(model, tmp_path, zip_format):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pt"
-    torch.save({"model": model.state_dict(), "args": RunsCode(str(marker))}, path,
-               _use_new_zipfile_serialization=zip_format)
+    torch.save(
+        {"model": model.state_dict(), "args": RunsCode(str(marker))}, path, _use_new_zipfile_serialization=zip_format
+    )
     with pytest.raises(CheckpointError, match=r"evil\.pt.*(system).*nothing from the file was executed"):
         load_roberta_checkpoint(path)
     assert not marker.exists()

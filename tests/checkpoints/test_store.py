@@ -6,7 +6,6 @@ records every request, so "served from the cache" and "no network attempt" are a
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import re
 import tarfile
@@ -33,6 +32,7 @@ from roberta_ext.checkpoints.store import (
     resolve_gpt2_bpe_files,
     resolve_model,
 )
+from tests.peers import require_installed
 
 # What a fairseq release archive holds, in miniature: one top-level folder with these files.
 MODEL_FILES = {
@@ -252,9 +252,7 @@ def test_offline_without_a_cached_copy_raises_at_once(
     assert server.requests == []
 
 
-def test_offline_environment_value_must_be_understood(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_offline_environment_value_must_be_understood(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(OFFLINE_ENV, "maybe")
     with pytest.raises(ValueError, match=f"{OFFLINE_ENV}='maybe'"):
         resolve_model("roberta.base", cache_dir=tmp_path)
@@ -272,9 +270,7 @@ def test_known_urls_match_fairseq() -> None:
 
     fairseq's source is read, not imported: importing it takes seconds and is the plugin's business.
     """
-    spec = importlib.util.find_spec("fairseq")
-    if spec is None or spec.origin is None:
-        pytest.skip("fairseq is not installed")
+    spec = require_installed("fairseq", "fairseq's source is the reference")
     fairseq_dir = Path(spec.origin).parent
     roberta_source = (fairseq_dir / "models" / "roberta" / "model.py").read_text()
     hub_models = dict(re.findall(r'"(roberta\.[\w.]+)": "(http[^"]+)"', roberta_source))

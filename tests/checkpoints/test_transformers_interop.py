@@ -17,15 +17,21 @@ from pathlib import Path
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+from tests.peers import require
 
-import roberta_ext  # noqa: E402
-from roberta_ext.checkpoints import CheckpointError  # noqa: E402
-from roberta_ext.checkpoints.transformers import (  # noqa: E402
-    load_transformers, read_weights, save_transformers, transformers_state_dict)
-from roberta_ext.modeling import EncoderConfig, RobertaModel  # noqa: E402
-from roberta_ext.tokenizers.wordpiece import train_wordpiece_vocab, write_vocab  # noqa: E402
-from tests.bpe_fixtures import UNICODE_SAMPLES, training_corpus  # noqa: E402
+transformers = require("transformers", "the tests read and write transformers checkpoints")
+
+import roberta_ext
+from roberta_ext.checkpoints import CheckpointError
+from roberta_ext.checkpoints.transformers import (
+    load_transformers,
+    read_weights,
+    save_transformers,
+    transformers_state_dict,
+)
+from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.tokenizers.wordpiece import train_wordpiece_vocab, write_vocab
+from tests.bpe_fixtures import UNICODE_SAMPLES, training_corpus
 
 TEXTS = [
     "Hello world! The quick brown fox jumps over the lazy dog.",
@@ -34,8 +40,9 @@ TEXTS = [
     *UNICODE_SAMPLES[:6],
 ]
 PAIRS = [("Is this the first sentence?", "And this the second one."), ("Short", "Pair with café")]
-SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-             max_position_embeddings=128)
+SMALL = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, max_position_embeddings=128
+)
 
 
 def hf_outputs(model, tokens: torch.Tensor, segments: torch.Tensor | None, pad: int):
@@ -109,8 +116,9 @@ def test_bert_next_sentence_head_and_fill_mask_agree_with_transformers(bert_dir)
     hf_model = transformers.BertForPreTraining.from_pretrained(str(bert_dir)).eval()
     tokens = hub.encode(*PAIRS[0])
     out, _ = hf_outputs(hf_model, tokens[None], hub.segments(tokens)[None], hub.dictionary.pad())
-    torch.testing.assert_close(hub.predict("next_sentence", tokens, return_logits=True),
-                               out.seq_relationship_logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        hub.predict("next_sentence", tokens, return_logits=True), out.seq_relationship_logits, atol=1e-4, rtol=1e-4
+    )
     filled = hub.fill_mask("the quick brown [MASK] jumps", topk=3)
     masked = hub.encode("the quick brown [MASK] jumps")
     out, _ = hf_outputs(hf_model, masked[None], None, hub.dictionary.pad())
@@ -134,8 +142,14 @@ def test_pytorch_model_bin_and_a_bare_encoder_load_too(tmp_path, bert_vocab):
 
 def test_token_classification_heads_tag_with_transformers_labels(tmp_path, bert_vocab):
     labels = ["O", "B-PER", "I-PER", "B-LOC"]
-    directory = make_bert_dir(tmp_path / "ner", bert_vocab, cls=transformers.BertForTokenClassification,
-                              num_labels=4, id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
+    directory = make_bert_dir(
+        tmp_path / "ner",
+        bert_vocab,
+        cls=transformers.BertForTokenClassification,
+        num_labels=4,
+        id2label=dict(enumerate(labels)),
+        label2id={n: i for i, n in enumerate(labels)},
+    )
     hub = roberta_ext.from_pretrained(str(directory))
     sentence = "alice lives in paris today"
     tagged = hub.tag(sentence)
@@ -147,8 +161,9 @@ def test_token_classification_heads_tag_with_transformers_labels(tmp_path, bert_
         probs = hf_model(**encoding).logits[0].softmax(-1)
     firsts = [encoding.word_ids().index(i) for i in range(len(sentence.split()))]
     assert [label for _, label, _ in tagged] == [labels[i] for i in probs[firsts].argmax(-1).tolist()]
-    torch.testing.assert_close(torch.tensor([p for _, _, p in tagged]), probs[firsts].max(-1).values,
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        torch.tensor([p for _, _, p in tagged]), probs[firsts].max(-1).values, atol=1e-5, rtol=1e-4
+    )
 
 
 # ---------------------------------------------------------------------------- ALBERT
@@ -156,7 +171,9 @@ def test_token_classification_heads_tag_with_transformers_labels(tmp_path, bert_
 
 @pytest.fixture(scope="module")
 def albert_dir(tmp_path_factory) -> Path:
-    spm = pytest.importorskip("roberta_ext.tokenizers.sentencepiece_tokenizer")
+    require("sentencepiece", "ALBERT's tokenizer")
+    from roberta_ext.tokenizers import sentencepiece_tokenizer as spm
+
     directory = tmp_path_factory.mktemp("albert")
     lines = [line for text in training_corpus()[:3] + TEXTS for line in text.splitlines() if line.strip()]
     model_file = spm.train_sentencepiece(lines, directory / "spiece", vocab_size=300)
@@ -186,8 +203,9 @@ def test_albert_directory_loads_with_identical_ids_and_features(albert_dir):
     hf_model = transformers.AlbertForPreTraining.from_pretrained(str(albert_dir)).eval()
     assert_features_equal(hub, hf_model, TEXTS + PAIRS)
     out, _ = hf_outputs(hf_model, tokens[None], hub.segments(tokens)[None], hub.dictionary.pad())
-    torch.testing.assert_close(hub.predict("sentence_order", tokens, return_logits=True),
-                               out.sop_logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        hub.predict("sentence_order", tokens, return_logits=True), out.sop_logits, atol=1e-4, rtol=1e-4
+    )
 
 
 # --------------------------------------------------------------------------- RoBERTa
@@ -203,8 +221,9 @@ def test_roberta_directory_from_transformers_loads(tmp_path, bpe_files):
     (directory / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}), encoding="utf-8")
     shutil.copy(bpe_files.vocab_bpe, directory / "merges.txt")
     torch.manual_seed(0)
-    config = transformers.RobertaConfig(vocab_size=len(tokens), type_vocab_size=1, pad_token_id=1,
-                                        **{**SMALL, "max_position_embeddings": 130})
+    config = transformers.RobertaConfig(
+        vocab_size=len(tokens), type_vocab_size=1, pad_token_id=1, **{**SMALL, "max_position_embeddings": 130}
+    )
     transformers.RobertaForMaskedLM(config).eval().save_pretrained(directory)
     tokenizer = transformers.RobertaTokenizer(str(directory / "vocab.json"), str(directory / "merges.txt"))
     tokenizer.save_pretrained(directory)
@@ -234,10 +253,16 @@ def test_our_roberta_exports_to_transformers_and_back_exactly(tmp_path, bpe_file
 # ------------------------------------------------------------------- every family
 
 
-@pytest.mark.parametrize("preset,hf_class", [
-    ("bert-tiny", "BertForPreTraining"), ("albert-tiny", "AlbertForPreTraining"), ("tiny", "RobertaForMaskedLM"),
-    ("bert-tiny", "BertForSequenceClassification"), ("tiny", "RobertaForTokenClassification"),
-])
+@pytest.mark.parametrize(
+    "preset,hf_class",
+    [
+        ("bert-tiny", "BertForPreTraining"),
+        ("albert-tiny", "AlbertForPreTraining"),
+        ("tiny", "RobertaForMaskedLM"),
+        ("bert-tiny", "BertForSequenceClassification"),
+        ("tiny", "RobertaForTokenClassification"),
+    ],
+)
 def test_ours_to_transformers_and_back_is_exact(tmp_path, preset, hf_class):
     torch.manual_seed(0)
     model = RobertaModel(EncoderConfig.preset(preset, max_positions=60)).eval()
@@ -256,8 +281,11 @@ def test_ours_to_transformers_and_back_is_exact(tmp_path, preset, hf_class):
         assert torch.equal(theirs[key], tensor), key
     back = load_transformers(tmp_path / "hf").model
     mine, again = model.state_dict(), back.state_dict()
-    compared = [k for k in mine if back.has_lm_head or not k.startswith("encoder.lm_head.")] \
-        if hasattr(back, "has_lm_head") else list(mine)
+    compared = (
+        [k for k in mine if back.has_lm_head or not k.startswith("encoder.lm_head.")]
+        if hasattr(back, "has_lm_head")
+        else list(mine)
+    )
     assert set(mine) == set(again)
     for key in compared:
         if key.startswith("encoder.lm_head.") and not hf_class.endswith(("MaskedLM", "PreTraining")):
@@ -306,8 +334,9 @@ def test_export_refuses_to_overwrite_and_leaves_nothing_on_failure(tmp_path):
 
 
 @pytest.mark.parametrize("embedding_size", [16, 32])
-def test_electra_discriminator_directory_loads_and_detects_replacements_like_transformers(tmp_path, bert_vocab,
-                                                                                           embedding_size):
+def test_electra_discriminator_directory_loads_and_detects_replacements_like_transformers(
+    tmp_path, bert_vocab, embedding_size
+):
     size = len(bert_vocab.read_text(encoding="utf-8").splitlines())
     torch.manual_seed(0)
     config = transformers.ElectraConfig(vocab_size=size, embedding_size=embedding_size, **SMALL)

@@ -12,6 +12,7 @@ import torch
 
 from roberta_ext.data import masking
 from roberta_ext.data.masking import BatchMasker, MaskingConfig, reference_random_bits
+from tests.peers import require
 
 VOCAB = 1000
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
@@ -548,7 +549,7 @@ def test_statistics_match_fairseq_mask_tokens_dataset(whole_words: bool) -> None
     """Same mask rate and 80/10/10 split as fairseq on the same rows (not the same positions: the
     random streams differ). fairseq also chooses <s>/</s> and counts them in the row length, so
     its rate is over all tokens and ours over ordinary ones; both target mask_prob."""
-    fairseq_data = pytest.importorskip("fairseq.data")
+    fairseq_data = require("fairseq.data", "fairseq's MaskTokensDataset is the peer")
     dictionary = fairseq_data.Dictionary()
     for i in range(4, MADEUP):
         dictionary.add_symbol(f"w{i}")

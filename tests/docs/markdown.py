@@ -54,7 +54,7 @@ def code_blocks(path: str | Path, languages: Collection[str]) -> list[Block]:
         if index == len(lines):
             raise ValueError(f"{page.name}:{start}: the code fence is never closed")
         if opening["language"] in languages:
-            body = [line[min(indent, len(line) - len(line.lstrip(" \t"))):] for line in lines[start:index]]
+            body = [line[min(indent, len(line) - len(line.lstrip(" \t"))) :] for line in lines[start:index]]
             blocks.append(Block(page, start, opening["language"], "".join(body)))
         index += 1
     return blocks

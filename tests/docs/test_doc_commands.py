@@ -27,7 +27,6 @@ About 2 minutes on 2 cores: every training is a few updates of a 2-layer, 64-wid
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import random
@@ -46,6 +45,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.docs.markdown import Block, code_blocks
+from tests.peers import needs
 
 DOCS = REPO / "docs"
 SHELL = ("sh", "bash")
@@ -66,8 +66,10 @@ def not_run_reason(block: Block) -> str | None:
 
 # ------------------------------------------------------------------ stand-ins for skipped blocks
 
-SMALL_MODEL = ("--encoder-layers 2 --encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4 "
-               "--max-positions 64")
+SMALL_MODEL = (
+    "--encoder-layers 2 --encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4 "
+    "--max-positions 64"
+)
 BRIEF_ON_CPU = "--batch-size 8 --update-freq 1 --max-update 5 --cpu --num-workers 0"
 PRETRAIN_SMALL = f"{SMALL_MODEL} --tokens-per-sample 64 {BRIEF_ON_CPU}"
 FINETUNE_SMALL = f"{SMALL_MODEL} {BRIEF_ON_CPU}"  # the fine-tuning tasks have no --tokens-per-sample
@@ -96,21 +98,33 @@ STAND_INS = (
     # RoBERTa base's recipe, small. fairseq's fp16 optimizer needs CUDA, so no --fp16 (the page
     # says: on GPUs, drop --cpu and add --fp16). Saved apart, so that checkpoints/ stays the
     # page's small run, which the later blocks and docs/fine-tuning.md continue from.
-    StandIn("pretraining.md", "--total-num-update 125000", drop=("--fp16",),
-            append=f"{PRETRAIN_SMALL} --save-dir checkpoints-base-stand-in"),
+    StandIn(
+        "pretraining.md",
+        "--total-num-update 125000",
+        drop=("--fp16",),
+        append=f"{PRETRAIN_SMALL} --save-dir checkpoints-base-stand-in",
+    ),
     # GLUE's RTE recipe, on the page's own classification data, from the pretraining page's
     # small model in place of the released roberta.base.
-    StandIn("fine-tuning.md", "fairseq-train RTE-bin", drop=("--fp16",), append=FINETUNE_SMALL,
-            prepare="cp -r cls-bin RTE-bin\nmkdir -p roberta.base\n"
-                    "cp checkpoints/checkpoint_best.pt roberta.base/model.pt"),
+    StandIn(
+        "fine-tuning.md",
+        "fairseq-train RTE-bin",
+        drop=("--fp16",),
+        append=FINETUNE_SMALL,
+        prepare="cp -r cls-bin RTE-bin\nmkdir -p roberta.base\ncp checkpoints/checkpoint_best.pt roberta.base/model.pt",
+    ),
     # BERT and ALBERT pretraining: token classification restores checkpoints/bert.
     StandIn("bert-albert.md", "--save-dir checkpoints/bert", drop=("--fp16",), append=PRETRAIN_SMALL),
     StandIn("bert-albert.md", "--save-dir checkpoints/albert", drop=("--fp16",), append=PRETRAIN_SMALL),
     StandIn("bert-albert.md", "--save-dir checkpoints/ner", append=FINETUNE_SMALL),
     # ELECTRA and SpanBERT pretraining, then QA from each.
-    StandIn("electra-spanbert-qa.md", "--task electra --criterion electra", append=PRETRAIN_SMALL),
+    StandIn(
+        "electra-spanbert-qa.md", "--task roberta_ext_electra --criterion roberta_ext_electra", append=PRETRAIN_SMALL
+    ),
     StandIn("electra-spanbert-qa.md", "--save-dir checkpoints/electra-qa", append=FINETUNE_SMALL),
-    StandIn("electra-spanbert-qa.md", "--task spanbert --criterion spanbert", append=PRETRAIN_SMALL),
+    StandIn(
+        "electra-spanbert-qa.md", "--task roberta_ext_spanbert --criterion roberta_ext_spanbert", append=PRETRAIN_SMALL
+    ),
     StandIn("electra-spanbert-qa.md", "--save-dir checkpoints/qa", append=FINETUNE_SMALL),
 )
 
@@ -230,47 +244,65 @@ FROM_PRETRAINING: dict[str, tuple[str, ...]] = {
 PROMISES: dict[str, list[tuple[str, str]]] = {
     "pretraining.md": [
         *((f"gpt2_bpe/{name}", "") for name in ("encoder.json", "vocab.bpe", "dict.txt")),
-        *((f"data-bin/{name}", "") for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx",
-                                                 "encoder.json", "vocab.bpe")),
-        ("checkpoints/checkpoint_best.pt", ""), ("checkpoints/checkpoint_last.pt", ""),
-        ("train.rank0.log", "distributed init (rank 0)"), ("train.rank1.log", "distributed init (rank 1)"),
-        ("train.rank0.log", "done training"), ("checkpoints-2ranks/checkpoint_last.pt", ""),
+        *(
+            (f"data-bin/{name}", "")
+            for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", "encoder.json", "vocab.bpe")
+        ),
+        ("checkpoints/checkpoint_best.pt", ""),
+        ("checkpoints/checkpoint_last.pt", ""),
+        ("train.rank0.log", "distributed init (rank 0)"),
+        ("train.rank1.log", "distributed init (rank 1)"),
+        ("train.rank0.log", "done training"),
+        ("checkpoints-2ranks/checkpoint_last.pt", ""),
         *((f"my_model/{name}", "") for name in ("model.pt", "dict.txt", "encoder.json", "vocab.bpe")),
     ],
     "tokenizers.md": [(f"gpt2_bpe/{name}", "") for name in ("encoder.json", "vocab.bpe", "dict.txt")],
     "fine-tuning.md": [
-        *((f"cls-bin/{column}/{name}", "") for column in ("input0", "label")
-          for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")),
-        ("checkpoints-cls/checkpoint_best.pt", ""), ("reg-bin/label/train.label", ""),
+        *(
+            (f"cls-bin/{column}/{name}", "")
+            for column in ("input0", "label")
+            for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")
+        ),
+        ("checkpoints-cls/checkpoint_best.pt", ""),
+        ("reg-bin/label/train.label", ""),
         ("reg-bin/label/valid.label", ""),
-        *((f"my_classifier/{name}", "") for name in ("model.pt", "input0/dict.txt", "label/dict.txt",
-                                                      "encoder.json", "vocab.bpe")),
+        *(
+            (f"my_classifier/{name}", "")
+            for name in ("model.pt", "input0/dict.txt", "label/dict.txt", "encoder.json", "vocab.bpe")
+        ),
     ],
     "bert-albert.md": [
-        ("bert-bin/dict.txt", ""), ("albert-bin/dict.txt", ""),
-        *((f"{data}/{column}/{name}", "") for data in ("ner-bin", "ner-bin-albert", "ner-bin-roberta")
-          for column in ("input0", "label") for name in ("dict.txt", "train.bin", "valid.bin")),
-        ("ner-bin/text/train.input0", ""), ("ner-bin/text/train.label", ""), ("ner-bin/text/label.dict.txt", ""),
+        ("bert-bin/dict.txt", ""),
+        ("albert-bin/dict.txt", ""),
+        *(
+            (f"{data}/{column}/{name}", "")
+            for data in ("ner-bin", "ner-bin-albert", "ner-bin-roberta")
+            for column in ("input0", "label")
+            for name in ("dict.txt", "train.bin", "valid.bin")
+        ),
+        ("ner-bin/text/train.input0", ""),
+        ("ner-bin/text/train.label", ""),
+        ("ner-bin/text/label.dict.txt", ""),
         ("checkpoints/ner/checkpoint_best.pt", ""),
     ],
-    "electra-spanbert-qa.md": [(f"checkpoints/{name}/checkpoint_best.pt", "")
-                               for name in ("electra", "electra-qa", "spanbert", "qa")],
+    "electra-spanbert-qa.md": [
+        (f"checkpoints/{name}/checkpoint_best.pt", "") for name in ("electra", "electra-qa", "spanbert", "qa")
+    ],
 }
 
 
 # ------------------------------------------------------------------ running a page
 
 PAGES = sorted(path.name for path in DOCS.glob("*.md") if shell_blocks(path.name))
-RUN_PAGES = [page for page in PAGES
-             if any(not_run_reason(b) is None or stand_in_for(b) for b in shell_blocks(page))]
-needs_fairseq = pytest.mark.skipif(importlib.util.find_spec("fairseq") is None,
-                                   reason="fairseq is not installed: the pages' commands use fairseq-train")
+RUN_PAGES = [page for page in PAGES if any(not_run_reason(b) is None or stand_in_for(b) for b in shell_blocks(page))]
+needs_fairseq = needs("fairseq", "the pages' commands use fairseq-train")
 
 
 def reader_env() -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    env.update(REPO=str(REPO), PATH=f"{BIN}{os.pathsep}{env['PATH']}", ROBERTA_EXT_OFFLINE="1",
-               OMP_NUM_THREADS="1")  # tiny models: one thread each is as fast, and two ranks share 2 cores
+    env.update(
+        REPO=str(REPO), PATH=f"{BIN}{os.pathsep}{env['PATH']}", ROBERTA_EXT_OFFLINE="1", OMP_NUM_THREADS="1"
+    )  # tiny models: one thread each is as fast, and two ranks share 2 cores
     return env
 
 
@@ -278,9 +310,16 @@ def run_block(block: Block, script: str, folder: Path, env: dict[str, str]) -> N
     """Run ``script`` (the block, or its stand-in) in ``folder``; fail with its output if it
     fails, or if a ``fairseq-train`` it ran in the foreground did not log ``done training``."""
     begun = time.monotonic()
-    with subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=folder, env=env, text=True,
-                          errors="replace", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          start_new_session=True) as process:
+    with subprocess.Popen(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=folder,
+        env=env,
+        text=True,
+        errors="replace",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    ) as process:
         try:
             output, _ = process.communicate(timeout=BLOCK_TIMEOUT_S)
             status = f"exited {process.returncode}"
@@ -290,8 +329,10 @@ def run_block(block: Block, script: str, folder: Path, env: dict[str, str]) -> N
             status = f"ran past {BLOCK_TIMEOUT_S} s"
     print(f"{block.where}: {time.monotonic() - begun:.1f} s")  # shown by pytest -s
     if process.returncode != 0:
-        pytest.fail(f"the block at docs/{block.where} {status}; it ran:\n{script}\n"
-                    f"last lines of its output:\n{output[-6000:]}", pytrace=False)
+        pytest.fail(
+            f"the block at docs/{block.where} {status}; it ran:\n{script}\nlast lines of its output:\n{output[-6000:]}",
+            pytrace=False,
+        )
     if re.search(r"^fairseq-train ", script, re.M):
         assert "done training" in output, f"docs/{block.where}: no 'done training':\n{output[-6000:]}"
 
@@ -328,13 +369,21 @@ def pretraining_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_shell_block_is_run_or_says_why_not():
     """A block is run unless its first line is ``# not run: <reason>``; a note anywhere else (the
     old ``# on GPUs; not run for this page`` in the middle of a block) would hide commands."""
-    assert {"pretraining.md", "fine-tuning.md", "bert-albert.md", "electra-spanbert-qa.md", "tokenizers.md",
-            "getting-started.md", "benchmarks.md"} <= set(PAGES)
+    assert {
+        "pretraining.md",
+        "fine-tuning.md",
+        "bert-albert.md",
+        "electra-spanbert-qa.md",
+        "tokenizers.md",
+        "getting-started.md",
+        "benchmarks.md",
+    } <= set(PAGES)
     for page in PAGES:
         for block in shell_blocks(page):
             rest = block.text.split("\n", 1)[1] if not_run_reason(block) else block.text
-            assert not re.search(r"not run", rest, re.I), (f"docs/{block.where}: a block that is not run "
-                                                           "says so in its first line, '# not run: <reason>'")
+            assert not re.search(r"not run", rest, re.I), (
+                f"docs/{block.where}: a block that is not run says so in its first line, '# not run: <reason>'"
+            )
 
 
 def test_stand_ins_placeholders_and_inputs_name_what_the_pages_hold():

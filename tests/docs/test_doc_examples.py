@@ -43,10 +43,13 @@ def test_page_examples_run(page: str, reader_folder: Path, tmp_path: Path, monke
     monkeypatch.setenv("ROBERTA_EXT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("ROBERTA_EXT_OFFLINE", "1")
     path = REPO / "docs" / page
-    test = doctest.DocTestParser().get_doctest(path.read_text(encoding="utf-8"), {"__name__": "__docs__"}, page,
-                                               str(path), 0)
+    test = doctest.DocTestParser().get_doctest(
+        path.read_text(encoding="utf-8"), {"__name__": "__docs__"}, page, str(path), 0
+    )
     assert test.examples
     report: list[str] = []
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     result = runner.run(test, out=report.append, clear_globs=True)
-    assert result.failed == 0, f"{result.failed} of {result.attempted} examples of docs/{page} failed:\n" + "".join(report)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples of docs/{page} failed:\n" + "".join(
+        report
+    )

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("fairseq")
+from tests.peers import require
 
-from fairseq import checkpoint_utils  # noqa: E402
+require("fairseq", "fairseq's own checkpoint loader is tested")
 
-import roberta_ext.fairseq_plugin  # noqa: E402,F401  (installs the compatibility wrapper)
-from tests.conftest import RunsCode  # noqa: E402
+from fairseq import checkpoint_utils
+
+import roberta_ext.fairseq_plugin  # noqa: F401  (installs the compatibility wrapper)
+from tests.conftest import RunsCode
 
 
 def original_loader():
@@ -28,7 +30,8 @@ def test_fairseq_checkpoints_are_refused_by_plain_torch_and_read_with_the_plugin
         original_loader()(path)
     state = checkpoint_utils.load_checkpoint_to_cpu(path)
     assert "encoder.sentence_encoder.embed_tokens.weight" in state["model"] or any(
-        k.startswith("decoder.") for k in state["model"])
+        k.startswith("decoder.") for k in state["model"]
+    )
     assert state["cfg"] is not None
 
 
@@ -36,8 +39,6 @@ def test_installing_twice_wraps_once():
     before = checkpoint_utils.load_checkpoint_to_cpu
     roberta_ext.fairseq_plugin.checkpoint_compat.install()
     assert checkpoint_utils.load_checkpoint_to_cpu is before
-
-
 
 
 def test_a_code_running_checkpoint_is_still_refused(tmp_path):

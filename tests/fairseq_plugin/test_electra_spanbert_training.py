@@ -2,11 +2,12 @@
 test builds (standard-library docstrings and generated QA contexts on the tests' BPE vocabulary,
 ``fairseq-preprocess``), then ``fairseq-train --user-dir``:
 
-* ELECTRA (``--task electra --criterion electra --arch electra_ext_small``) and SpanBERT
-  (``--task spanbert --criterion spanbert --arch spanbert_ext_base``) pretrain with every logged
-  loss falling, and their checkpoints serve the encoder (the discriminator, with its head);
-* QA (``--task extractive_qa``) fine-tunes the pretrained SpanBERT encoder (its span boundary head
-  dropped on restore), and the hub, loading the result without fairseq's help, answers held-out
+* ELECTRA (``--task roberta_ext_electra --criterion roberta_ext_electra --arch electra_ext_small``)
+  and SpanBERT (``--task roberta_ext_spanbert --criterion roberta_ext_spanbert --arch
+  spanbert_ext_base``) pretrain with every logged loss falling, and their checkpoints serve the
+  encoder (the discriminator, with its head);
+* QA (``--task roberta_ext_extractive_qa``) fine-tunes the pretrained SpanBERT encoder (its span
+  boundary head dropped on restore), and the hub, loading the result without fairseq's help, answers held-out
   questions about made-up countries well above chance; fine-tuning from ELECTRA keeps the
   discriminator alone.
 
@@ -25,23 +26,64 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("fairseq")
+from tests.peers import require
 
-from roberta_ext import qa  # noqa: E402
-from roberta_ext.checkpoints.fairseq import config_from_checkpoint, model_options, upgrade_state_dict  # noqa: E402
-from roberta_ext.checkpoints.safe_load import load_checkpoint_file  # noqa: E402
-from roberta_ext.modeling import RobertaModel, electra, spanbert  # noqa: E402
-from roberta_ext.quickstart import stdlib_docstrings  # noqa: E402
-from roberta_ext.tokenizers import GPT2BPE  # noqa: E402
-from tests.fairseq_plugin.tools import USER_DIR, log_records, run  # noqa: E402
-from tests.test_qa import make_qa_records  # noqa: E402
+require("fairseq", "the tests run fairseq-preprocess and fairseq-train")
 
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-        "--encoder-attention-heads", "4", "--max-positions", "128"]
-COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", "0", "--seed", "1", "--log-format", "json",
-          "--no-epoch-checkpoints", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--clip-norm", "1.0"]
-PRETRAIN = [*COMMON, "--disable-validation", "--log-interval", "10", "--tokens-per-sample", "64",
-            "--batch-size", "16", "--lr", "1e-3", "--max-update", "100"]
+from roberta_ext import qa
+from roberta_ext.checkpoints.fairseq import config_from_checkpoint, model_options, upgrade_state_dict
+from roberta_ext.checkpoints.safe_load import load_checkpoint_file
+from roberta_ext.families import electra, spanbert
+from roberta_ext.modeling import RobertaModel
+from roberta_ext.quickstart import stdlib_docstrings
+from roberta_ext.tokenizers import GPT2BPE
+from tests.fairseq_plugin.tools import USER_DIR, log_records, run
+from tests.test_qa import make_qa_records
+
+TINY = [
+    "--encoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "64",
+    "--encoder-ffn-embed-dim",
+    "128",
+    "--encoder-attention-heads",
+    "4",
+    "--max-positions",
+    "128",
+]
+COMMON = [
+    "--user-dir",
+    USER_DIR,
+    "--cpu",
+    "--num-workers",
+    "0",
+    "--seed",
+    "1",
+    "--log-format",
+    "json",
+    "--no-epoch-checkpoints",
+    "--optimizer",
+    "adam",
+    "--adam-betas",
+    "(0.9,0.98)",
+    "--clip-norm",
+    "1.0",
+]
+PRETRAIN = [
+    *COMMON,
+    "--disable-validation",
+    "--log-interval",
+    "10",
+    "--tokens-per-sample",
+    "64",
+    "--batch-size",
+    "16",
+    "--lr",
+    "1e-3",
+    "--max-update",
+    "100",
+]
 ELECTRA_MODEL = ["--arch", "electra_ext_small", *TINY, "--embedding-size", "32"]  # generator: 16 wide
 
 
@@ -71,8 +113,20 @@ def workspace(tmp_path_factory, bpe_files) -> dict:
     for split, rows in (("train", encoded[300:]), ("valid", encoded[:300])):
         (root / f"{split}.bpe").write_text("".join(row + "\n" for row in rows), encoding="utf-8")
     data = root / "data-bin"
-    run("fairseq-preprocess", "--only-source", "--srcdict", str(bpe_files.dict_txt), "--trainpref",
-        str(root / "train.bpe"), "--validpref", str(root / "valid.bpe"), "--destdir", str(data), "--workers", "1")
+    run(
+        "fairseq-preprocess",
+        "--only-source",
+        "--srcdict",
+        str(bpe_files.dict_txt),
+        "--trainpref",
+        str(root / "train.bpe"),
+        "--validpref",
+        str(root / "valid.bpe"),
+        "--destdir",
+        str(data),
+        "--workers",
+        "1",
+    )
 
     qa_data = root / "qa-data"
     qa_data.mkdir()
@@ -89,16 +143,38 @@ def workspace(tmp_path_factory, bpe_files) -> dict:
 @pytest.fixture(scope="module")
 def electra_run(workspace) -> dict:
     save_dir = workspace["root"] / "electra"
-    log = run("fairseq-train", str(workspace["data"]), "--task", "electra", "--criterion", "electra",
-              *ELECTRA_MODEL, *PRETRAIN, "--save-dir", str(save_dir))
+    log = run(
+        "fairseq-train",
+        str(workspace["data"]),
+        "--task",
+        "roberta_ext_electra",
+        "--criterion",
+        "roberta_ext_electra",
+        *ELECTRA_MODEL,
+        *PRETRAIN,
+        "--save-dir",
+        str(save_dir),
+    )
     return {"log": log, "checkpoint": save_dir / "checkpoint_last.pt"}
 
 
 @pytest.fixture(scope="module")
 def spanbert_run(workspace) -> dict:
     save_dir = workspace["root"] / "spanbert"
-    log = run("fairseq-train", str(workspace["data"]), "--task", "spanbert", "--criterion", "spanbert",
-              "--arch", "spanbert_ext_base", *TINY, *PRETRAIN, "--save-dir", str(save_dir))
+    log = run(
+        "fairseq-train",
+        str(workspace["data"]),
+        "--task",
+        "roberta_ext_spanbert",
+        "--criterion",
+        "roberta_ext_spanbert",
+        "--arch",
+        "spanbert_ext_base",
+        *TINY,
+        *PRETRAIN,
+        "--save-dir",
+        str(save_dir),
+    )
     return {"log": log, "checkpoint": save_dir / "checkpoint_last.pt"}
 
 
@@ -138,16 +214,16 @@ def test_electra_checkpoint_serves_the_discriminator_and_its_head(workspace, ele
     state_dict = electra.discriminator_state(state_dict)
     cfg = config_from_checkpoint(state_dict, options, str(electra_run["checkpoint"]))
     assert (cfg.family, cfg.embed_dim, cfg.position_style, cfg.type_vocab_size) == ("electra", 32, "absolute", 2)
-    ours = RobertaModel(cfg)
     assert electra.has_discriminator_head(state_dict)
-    electra.add_discriminator_head(ours)
+    ours = electra.ElectraDiscriminator(cfg)
     ours.load_state_dict(state_dict, strict=True)
     ours.eval()
 
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
-        [str(electra_run["checkpoint"])], arg_overrides={"data": str(workspace["data"])})
+        [str(electra_run["checkpoint"])], arg_overrides={"data": str(workspace["data"])}
+    )
     theirs = models[0].eval()
-    assert hasattr(theirs, "generator")  # built for its task, electra
+    assert hasattr(theirs, "generator")  # built for its task, roberta_ext_electra
     tokens = torch.tensor([[0, 100, 200, 300, 400, 2], [0, 50, 60, 2, 1, 1]])
     torch.testing.assert_close(electra.replaced_token_probs(ours, tokens), electra.replaced_token_probs(theirs, tokens))
     with torch.no_grad():
@@ -159,9 +235,13 @@ def test_hub_loads_the_electra_checkpoint_and_detects_replacements(workspace, el
     discriminator and its head serve, and replaced_token_probs equals the model's own."""
     import roberta_ext
 
-    hub = roberta_ext.from_pretrained(str(electra_run["checkpoint"].parent), "checkpoint_last.pt",
-                                      str(workspace["data"]), gpt2_encoder_json=str(bpe_files.encoder_json),
-                                      gpt2_vocab_bpe=str(bpe_files.vocab_bpe))
+    hub = roberta_ext.from_pretrained(
+        str(electra_run["checkpoint"].parent),
+        "checkpoint_last.pt",
+        str(workspace["data"]),
+        gpt2_encoder_json=str(bpe_files.encoder_json),
+        gpt2_vocab_bpe=str(bpe_files.vocab_bpe),
+    )
     assert hub.model.cfg.family == "electra" and not hasattr(hub.model, "generator")
     text = "Return the list of all the names in the module."
     tokens = hub.encode(text)
@@ -182,18 +262,54 @@ def test_spanbert_checkpoint_serves_the_encoder(spanbert_run):
     RobertaModel(cfg).load_state_dict(state_dict, strict=True)
 
 
-QA_TRAIN = [*COMMON, "--dropout", "0", "--attention-dropout", "0", "--batch-size", "32", "--lr", "3e-3",
-            "--lr-scheduler", "polynomial_decay", "--warmup-updates", "100", "--weight-decay", "0.01",
-            "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler"]
+QA_TRAIN = [
+    *COMMON,
+    "--dropout",
+    "0",
+    "--attention-dropout",
+    "0",
+    "--batch-size",
+    "32",
+    "--lr",
+    "3e-3",
+    "--lr-scheduler",
+    "polynomial_decay",
+    "--warmup-updates",
+    "100",
+    "--weight-decay",
+    "0.01",
+    "--reset-optimizer",
+    "--reset-dataloader",
+    "--reset-meters",
+    "--reset-lr-scheduler",
+]
 
 
 def test_electra_fine_tuning_keeps_only_the_discriminator(workspace, electra_run):
     """Same --arch, another task: the restored checkpoint's generator and head are dropped,
     and what fine-tuning saves is a plain encoder checkpoint."""
     save_dir = workspace["root"] / "electra-qa"
-    log = run("fairseq-train", str(workspace["qa_data"]), "--task", "extractive_qa", "--criterion", "extractive_qa",
-              *ELECTRA_MODEL, *QA_TRAIN, "--total-num-update", "20", "--max-update", "20", "--disable-validation", "--log-interval", "5",
-              "--save-dir", str(save_dir), "--restore-file", str(electra_run["checkpoint"]))
+    log = run(
+        "fairseq-train",
+        str(workspace["qa_data"]),
+        "--task",
+        "roberta_ext_extractive_qa",
+        "--criterion",
+        "roberta_ext_extractive_qa",
+        *ELECTRA_MODEL,
+        *QA_TRAIN,
+        "--total-num-update",
+        "20",
+        "--max-update",
+        "20",
+        "--disable-validation",
+        "--log-interval",
+        "5",
+        "--save-dir",
+        str(save_dir),
+        "--restore-file",
+        str(electra_run["checkpoint"]),
+    )
     assert re.search(r"not loading \d+ tensors of 'generator'", log), log[-3000:]
     assert re.search(r"not loading \d+ tensors of 'discriminator_head'", log), log[-3000:]
     assert "pair layout: PairLayout(double_separator=False, segments=True)" in log  # [CLS] q [SEP] c [SEP]
@@ -206,10 +322,30 @@ def test_electra_fine_tuning_keeps_only_the_discriminator(workspace, electra_run
 def qa_run(workspace, spanbert_run) -> dict:
     """Fine-tune the pretrained SpanBERT encoder for QA (its span boundary head is dropped)."""
     save_dir = workspace["root"] / "qa"
-    log = run("fairseq-train", str(workspace["qa_data"]), "--task", "extractive_qa", "--criterion", "extractive_qa",
-              "--arch", "spanbert_ext_base", *TINY, *QA_TRAIN, "--total-num-update", "2000", "--max-update", "2000",
-              "--log-interval", "100", "--validate-interval-updates", "1000", "--save-dir", str(save_dir),
-              "--restore-file", str(spanbert_run["checkpoint"]))
+    log = run(
+        "fairseq-train",
+        str(workspace["qa_data"]),
+        "--task",
+        "roberta_ext_extractive_qa",
+        "--criterion",
+        "roberta_ext_extractive_qa",
+        "--arch",
+        "spanbert_ext_base",
+        *TINY,
+        *QA_TRAIN,
+        "--total-num-update",
+        "2000",
+        "--max-update",
+        "2000",
+        "--log-interval",
+        "100",
+        "--validate-interval-updates",
+        "1000",
+        "--save-dir",
+        str(save_dir),
+        "--restore-file",
+        str(spanbert_run["checkpoint"]),
+    )
     return {"log": log, "save_dir": save_dir}
 
 
@@ -228,9 +364,13 @@ def test_hub_answers_held_out_questions(workspace, qa_run):
     import roberta_ext
 
     qa_data = workspace["qa_data"]
-    hub = roberta_ext.from_pretrained(str(qa_run["save_dir"]), "checkpoint_last.pt", str(qa_data),
-                                      gpt2_encoder_json=str(qa_data / "encoder.json"),
-                                      gpt2_vocab_bpe=str(qa_data / "vocab.bpe"))
+    hub = roberta_ext.from_pretrained(
+        str(qa_run["save_dir"]),
+        "checkpoint_last.pt",
+        str(qa_data),
+        gpt2_encoder_json=str(qa_data / "encoder.json"),
+        gpt2_vocab_bpe=str(qa_data / "vocab.bpe"),
+    )
     assert hub.model.cfg.family == "spanbert" and "sbo_head" not in dict(hub.model.named_children())
     right = {True: 0, False: 0}
     total = {True: 0, False: 0}
@@ -238,7 +378,7 @@ def test_hub_answers_held_out_questions(workspace, qa_run):
         answer = hub.answer(example.question, example.context)
         gold = example.answers[0][0] if example.answers else ""
         if answer:
-            assert example.context[answer.start:answer.end] == answer.text
+            assert example.context[answer.start : answer.end] == answer.text
         total[bool(gold)] += 1
         right[bool(gold)] += answer.text == gold
     answerable = right[True] / total[True]

@@ -11,18 +11,18 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
+from tests.peers import require
 
-pytest.importorskip("fairseq")
+require("fairseq", "the tests stop fairseq's prefetch threads")
 
-from roberta_ext.fairseq_plugin.shutdown import stop_background_consumers  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from roberta_ext.fairseq_plugin.shutdown import stop_background_consumers
+from tests.conftest import REPO
 
 PREFETCH_AND_EXIT = textwrap.dedent("""
     import sys, torch
     from fairseq.data.iterators import BufferedIterator
     if sys.argv[1] == "plugin":
-        import roberta_ext.fairseq_plugin  # noqa: F401
+        import roberta_ext.fairseq_plugin  # noqa: F401  (imported for its registrations)
 
     class Batches:  # endless batches whose collation is torch work, like a masking collater
         def __len__(self):
@@ -43,8 +43,9 @@ PREFETCH_AND_EXIT = textwrap.dedent("""
 
 def run_prefetch_and_exit(mode: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-c", PREFETCH_AND_EXIT, mode], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", PREFETCH_AND_EXIT, mode], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_exit_with_a_busy_prefetch_thread_is_clean_with_the_plugin():

@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("fairseq")
+from tests.peers import require
 
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder  # noqa: E402
+require("fairseq", "the task is fairseq's")
 
-from roberta_ext.fairseq_plugin.tasks import RobertaExtMLMConfig, RobertaExtMLMTask  # noqa: E402
-from roberta_ext.modeling import EncoderConfig, RobertaModel  # noqa: E402
+from fairseq.data import Dictionary
+from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
+
+from roberta_ext.fairseq_plugin.tasks import RobertaExtMLMConfig, RobertaExtMLMTask
+from roberta_ext.modeling import EncoderConfig, RobertaModel
 
 TOKENS_PER_SAMPLE = 8
 
@@ -47,8 +49,7 @@ def test_size_filter_counts_the_prepended_bos(tmp_path, break_mode):
     lengths = [3, TOKENS_PER_SAMPLE - 1, TOKENS_PER_SAMPLE - 2, 5, TOKENS_PER_SAMPLE + 2, 2]
     sentences = [[f"w{i % 5}" for i in range(n)] for n in lengths]
     data = binarize(tmp_path, sentences)
-    cfg = RobertaExtMLMConfig(data=str(data), tokens_per_sample=TOKENS_PER_SAMPLE, sample_break_mode=break_mode,
-                              seed=1)
+    cfg = RobertaExtMLMConfig(data=str(data), tokens_per_sample=TOKENS_PER_SAMPLE, sample_break_mode=break_mode, seed=1)
     task = RobertaExtMLMTask.setup_task(cfg)
     task.load_dataset("valid")
     dataset = task.dataset("valid")
@@ -56,14 +57,15 @@ def test_size_filter_counts_the_prepended_bos(tmp_path, break_mode):
     assert max(sizes.values()) > TOKENS_PER_SAMPLE  # the corpus does hold blocks too long for the model
     assert all(dataset[i]["source"][0] == task.dictionary.bos() for i in sizes)
 
-    model = RobertaModel(EncoderConfig.preset("tiny", vocab_size=len(task.dictionary),
-                                              max_positions=TOKENS_PER_SAMPLE))
-    kept = task.filter_indices_by_size(dataset.ordered_indices(), dataset, max_positions=model.max_positions(),
-                                       ignore_invalid_inputs=True)
+    model = RobertaModel(EncoderConfig.preset("tiny", vocab_size=len(task.dictionary), max_positions=TOKENS_PER_SAMPLE))
+    kept = task.filter_indices_by_size(
+        dataset.ordered_indices(), dataset, max_positions=model.max_positions(), ignore_invalid_inputs=True
+    )
     assert sorted(kept.tolist()) == sorted(i for i, size in sizes.items() if size <= TOKENS_PER_SAMPLE)
     batch = dataset.collater([dataset[int(i)] for i in kept])
     features, _ = model(batch["net_input"]["src_tokens"], features_only=True)  # every kept block fits
     assert features.shape[1] == TOKENS_PER_SAMPLE  # the exact fit is kept
     with pytest.raises(Exception, match=f"max_positions={TOKENS_PER_SAMPLE}"):
-        task.filter_indices_by_size(dataset.ordered_indices(), dataset, max_positions=TOKENS_PER_SAMPLE,
-                                    ignore_invalid_inputs=False)
+        task.filter_indices_by_size(
+            dataset.ordered_indices(), dataset, max_positions=TOKENS_PER_SAMPLE, ignore_invalid_inputs=False
+        )

@@ -30,4 +30,4 @@ def run(tool: str, *args: str, cwd: Path | None = None, omp_threads: int | None 
 
 def log_records(log: str, kind: str = "train_inner") -> list[dict]:
     """fairseq's JSON log records of one kind (``train_inner``, ``valid``), in order."""
-    return [json.loads(line[line.index("{"):]) for line in log.splitlines() if f"| {kind} |" in line]
+    return [json.loads(line[line.index("{") :]) for line in log.splitlines() if f"| {kind} |" in line]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from roberta_ext.tokenizers import GPT2BPE, Dictionary, FairseqGPT2Tokenizer, ReferenceGPT2BPE
 from tests.bpe_fixtures import UNICODE_SAMPLES, BpeFiles
+from tests.peers import require
 
 # Pieces that steer GPT-2's pre-tokenisation into its corner cases, mixed into arbitrary text.
 _SPACES = [*" \t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u1680\u2000\u2028\u2029\u202f\u3000", "\r\n", "  ", "\t\t", " \n "]
@@ -28,9 +29,7 @@ TEXTS = st.lists(
 """Arbitrary Unicode text (every category but lone surrogates), biased towards whitespace,
 contractions, digits, combining marks and emoji sequences."""
 
-CORPUS_LIKE_TEXTS = st.lists(
-    st.sampled_from(_CORPUS_CHARACTERS + _SPACES + _CONTRACTIONS), max_size=60
-).map("".join)
+CORPUS_LIKE_TEXTS = st.lists(st.sampled_from(_CORPUS_CHARACTERS + _SPACES + _CONTRACTIONS), max_size=60).map("".join)
 """Text made of what the vocabulary was trained on, so that dict.txt knows most of its pieces."""
 
 
@@ -57,7 +56,7 @@ def tokenizer(fast_bpe: GPT2BPE, dictionary: Dictionary) -> FairseqGPT2Tokenizer
 @pytest.fixture(scope="session")
 def fairseq_peer(bpe_files: BpeFiles) -> SimpleNamespace:
     """fairseq's ``gpt2_bpe_utils.Encoder``, its ``GPT2BPE`` wrapper and its ``Dictionary``."""
-    pytest.importorskip("fairseq")
+    require("fairseq", "fairseq's GPT-2 BPE and Dictionary are the peers")
     from fairseq.data import Dictionary as FairseqDictionary
     from fairseq.data.encoders.gpt2_bpe import GPT2BPE as FairseqGPT2BPE
     from fairseq.data.encoders.gpt2_bpe import GPT2BPEConfig
@@ -77,7 +76,7 @@ def fairseq_peer(bpe_files: BpeFiles) -> SimpleNamespace:
 
 @pytest.fixture(scope="session")
 def fairseq_dictionary_class() -> Callable[..., object]:
-    pytest.importorskip("fairseq")
+    require("fairseq", "fairseq's Dictionary is the peer")
     from fairseq.data import Dictionary as FairseqDictionary
 
     return FairseqDictionary

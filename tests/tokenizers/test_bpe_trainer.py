@@ -10,6 +10,7 @@ import pytest
 from roberta_ext.tokenizers import GPT2BPE, ReferenceGPT2BPE
 from roberta_ext.tokenizers.bpe_trainer import END_OF_TEXT, count_words, train_bpe, write_bpe_files
 from tests.bpe_fixtures import UNICODE_SAMPLES
+from tests.peers import require
 
 CORPUS = list(UNICODE_SAMPLES) * 3 + ["the lower the lowest, the newer the newest"] * 5
 
@@ -54,7 +55,7 @@ def test_our_encoders_and_fairseqs_read_the_files_and_agree(trained):
     for text in CORPUS[:10]:
         assert fast.encode(text) == reference.encode(text)
         assert fast.decode(fast.encode(text)) == text
-    gpt2_bpe_utils = pytest.importorskip("fairseq.data.encoders.gpt2_bpe_utils")
+    gpt2_bpe_utils = require("fairseq.data.encoders.gpt2_bpe_utils", "fairseq's GPT-2 encoder is the peer")
     peer = gpt2_bpe_utils.get_encoder(str(directory / "encoder.json"), str(directory / "vocab.bpe"))
     for text in CORPUS[:10]:
         assert fast.encode(text) == peer.encode(text)

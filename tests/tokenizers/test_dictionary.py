@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roberta_ext.tokenizers import Dictionary, DictionaryFormatError
+from tests.peers import require
 
 PROPERTY = settings(max_examples=200, deadline=None)
 
@@ -61,7 +62,7 @@ def test_string_equals_fairseq(
 
 
 def test_string_accepts_tensors_and_numpy(dictionary):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     indices = [0, 5, 3, 9, 2]
     expected = dictionary.string(indices)
     assert dictionary.string(torch.tensor(indices)) == expected
@@ -164,14 +165,22 @@ def test_missing_file_names_the_path(tmp_path):
         ("a 1\nb 2\na 3\n", 3, r"duplicate symbol 'a' \(already index 4\); end the row with #fairseq:overwrite"),
         ("<unk> 3\n", 1, r"duplicate symbol '<unk>' \(already index 3\)"),
     ],
-    ids=["no-count", "blank-line", "tab-separated", "flag-without-count", "bad-count", "float-count",
-         "duplicate", "duplicate-special"],
+    ids=[
+        "no-count",
+        "blank-line",
+        "tab-separated",
+        "flag-without-count",
+        "bad-count",
+        "float-count",
+        "duplicate",
+        "duplicate-special",
+    ],
 )
 def test_bad_rows_name_file_and_line(tmp_path, fairseq_dictionary_class, text, line, message):
     path = _write(tmp_path / "dict.txt", text)
     with pytest.raises(DictionaryFormatError, match=rf"^{re.escape(str(path))}:{line}: {message}"):
         Dictionary.load(path)
-    with pytest.raises(Exception):  # fairseq rejects the same files (with less helpful messages)
+    with pytest.raises(Exception):  # noqa: B017  fairseq rejects the same files, with exceptions of its choosing
         fairseq_dictionary_class.load(str(path))
 
 

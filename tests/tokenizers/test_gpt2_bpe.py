@@ -25,8 +25,27 @@ from roberta_ext.tokenizers import gpt2_bpe as gpt2_bpe_module
 from tests.bpe_fixtures import UNICODE_SAMPLES, BpeFiles, build_bpe_files
 from tests.tokenizers.conftest import CORPUS_LIKE_TEXTS, TEXTS
 
-EDGE_CASES = ["", " ", "  ", "\n", "\r\n", " \n ", "\t \t", "a", " a", "a ", "a  b", "'s", "'S", "x's",
-              "\x00", "\U0010ffff", "<|endoftext|>", "<unk> <mask> <s>", "Hello world!"]
+EDGE_CASES = [
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\r\n",
+    " \n ",
+    "\t \t",
+    "a",
+    " a",
+    "a ",
+    "a  b",
+    "'s",
+    "'S",
+    "x's",
+    "\x00",
+    "\U0010ffff",
+    "<|endoftext|>",
+    "<unk> <mask> <s>",
+    "Hello world!",
+]
 SAMPLES = [*UNICODE_SAMPLES, *EDGE_CASES, "\n".join(UNICODE_SAMPLES)]
 PROPERTY = settings(max_examples=200, deadline=None)
 
@@ -246,8 +265,10 @@ def test_missing_file_is_named(files, which):
         (lambda f: _write_encoder(f, _encoder(f) | {"Ġzz": "7"}), r"encoder\.json: id of 'Ġzz' must be an int"),
         (lambda f: _write_encoder(f, _encoder(f) | {"Ġzz": 0}), r"encoder\.json: id 0 is given to both"),
         (lambda f: _write_encoder(f, _encoder(f) | {"a b": 99999}), r"encoder\.json: token 'a b' is not"),
-        (lambda f: _write_encoder(f, {k: v for k, v in _encoder(f).items() if k != "Ā"}),
-         r"encoder\.json: lacks 1 of the 256 byte symbols, e\.g\. \['Ā'\]"),
+        (
+            lambda f: _write_encoder(f, {k: v for k, v in _encoder(f).items() if k != "Ā"}),
+            r"encoder\.json: lacks 1 of the 256 byte symbols, e\.g\. \['Ā'\]",
+        ),
     ],
     ids=["invalid-json", "not-object", "non-int-id", "duplicate-id", "undecodable-token", "missing-byte"],
 )
@@ -292,8 +313,9 @@ def test_missing_final_newline_drops_last_merge_like_fairseq_with_a_warning(file
 
 # ------------------------------------------------------------------- ASCII pre-tokenisation
 
-ASCII_TEXTS = st.lists(st.sampled_from([chr(i) for i in range(128)] + ["'s", "'ll", "'d", "'re", "  ", " \n "]),
-                       max_size=40).map("".join)
+ASCII_TEXTS = st.lists(
+    st.sampled_from([chr(i) for i in range(128)] + ["'s", "'ll", "'d", "'re", "  ", " \n "]), max_size=40
+).map("".join)
 
 
 @settings(max_examples=1000, deadline=None)

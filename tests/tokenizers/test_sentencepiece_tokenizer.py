@@ -33,6 +33,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roberta_ext.tokenizers import sentencepiece_tokenizer
+from roberta_ext.tokenizers.pieces import PieceTokenizer
+from roberta_ext.tokenizers.registry import SentencePieceKind
 from roberta_ext.tokenizers.sentencepiece_tokenizer import (
     SentencePieceFormatError,
     SentencePieceTokenizer,
@@ -58,8 +60,11 @@ _PIECES.append("e\u0301")
 # Lone surrogates are not text: sentencepiece (and so ALBERT's tokenizer, ours and transformers')
 # cannot take them at all, so they are left out of the generated texts.
 _SURROGATES = re.compile("[\ud800-\udfff]")
-ALBERT_TEXTS = st.lists(st.one_of(TEXTS, st.sampled_from(_PIECES)), max_size=6).map("".join).map(
-    lambda text: _SURROGATES.sub("", text))
+ALBERT_TEXTS = (
+    st.lists(st.one_of(TEXTS, st.sampled_from(_PIECES)), max_size=6)
+    .map("".join)
+    .map(lambda text: _SURROGATES.sub("", text))
+)
 """Arbitrary Unicode text (see conftest.TEXTS), with special tokens and ALBERT's corner cases mixed in."""
 
 OPTIONS = pytest.mark.parametrize(
@@ -236,6 +241,7 @@ def model_path(tmp_path_factory) -> Path:
         do_lower_case=False,
         keep_accents=True,
         hard_vocab_limit=False,
+        num_threads=1,  # the same model every run
     )
 
 
@@ -349,7 +355,14 @@ def test_rust_albert_agrees_on_latin_greek_cyrillic(lower, keep_accents, model_p
     # No digit followed by a comma: that is where the digit-comma rule applies.
     if not re.search(r"\d\s*,", text):
         rust = _rust_cache(model_path, lower, keep_accents)
-        assert pairs[lower, keep_accents][0].encode(text) == rust.encode(text, add_special_tokens=False)
+        ours = pairs[lower, keep_accents][0]
+        got, expected = ours.encode(text), rust.encode(text, add_special_tokens=False)
+        if got != expected:
+            # Two segmentations of exactly equal score ("**" "*" and "*" "**" for "***"): the C++
+            # SentencePiece and the Rust Unigram break such a tie differently. Both are optimal.
+            sp = ours.sp
+            assert "".join(map(sp.id_to_piece, got)) == "".join(map(sp.id_to_piece, expected))
+            assert sum(map(sp.get_score, got)) == pytest.approx(sum(map(sp.get_score, expected)), abs=1e-6)
 
 
 _RUST: dict = {}
@@ -376,6 +389,17 @@ def test_special_ids_and_lookups(pairs, model_path):
         tok.token_to_id("nope")
 
 
+def test_transformers_export_writes_the_same_model(model_path, tmp_path):
+    # What an ALBERT hub's save_transformers writes for its tokenizer: the spiece.model it was loaded from.
+    tok = SentencePieceTokenizer.from_file(model_path, keep_accents=True)
+    config: dict = {}
+    SentencePieceKind().save_transformers(
+        PieceTokenizer.for_vocabulary(tok, "sentencepiece"), tmp_path, config, mask_token="[MASK]"
+    )
+    assert (tmp_path / "spiece.model").read_bytes() == model_path.read_bytes()
+    assert config == {"tokenizer_class": "AlbertTokenizer", "do_lower_case": True, "keep_accents": True}
+
+
 def test_lone_surrogate_is_a_clear_error(pairs):
     tok, _ = pairs[True, False]
     with pytest.raises(ValueError, match=r"lone surrogate at index 6 \('\\ud800'\)"):
@@ -399,8 +423,16 @@ def test_not_a_model(tmp_path):
 def test_missing_special_token(tmp_path):
     # A plain SentencePiece model: <unk> <s> </s>, no <pad>, [CLS], [SEP], [MASK].
     path = train_sentencepiece(
-        ["hello world"] * 20, tmp_path / "plain", vocab_size=30, control_symbols=(), user_defined_symbols=(),
-        pad_id=-1, unk_id=0, bos_id=1, eos_id=2, hard_vocab_limit=False,
+        ["hello world"] * 20,
+        tmp_path / "plain",
+        vocab_size=30,
+        control_symbols=(),
+        user_defined_symbols=(),
+        pad_id=-1,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        hard_vocab_limit=False,
     )
     with pytest.raises(SentencePieceFormatError, match=r"plain\.model: lacks the pad token '<pad>', cls token"):
         SentencePieceTokenizer.from_file(path)

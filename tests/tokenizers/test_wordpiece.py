@@ -51,9 +51,10 @@ from roberta_ext.tokenizers.wordpiece import (
     write_vocab,
 )
 from tests.bpe_fixtures import UNICODE_SAMPLES
+from tests.peers import require
 from tests.tokenizers.conftest import TEXTS
 
-legacy_bert = pytest.importorskip("transformers.models.bert.tokenization_bert_legacy")
+legacy_bert = require("transformers.models.bert.tokenization_bert_legacy", "transformers' BERT tokenizer is the peer")
 
 LONG_WORD = "Pneumonoultramicroscopicsilicovolcanoconiosis" * 3 + "x" * 15  # 150 characters
 BERT_SAMPLES = (
@@ -70,8 +71,28 @@ SAMPLES = (*UNICODE_SAMPLES, *BERT_SAMPLES, "", " ", "\n", "[MASK]", "##", "a ##
 # Appended to the trained vocabularies so that WordPiece meets "##"-initial words and long tokens.
 EXTRA_TOKENS = ("##", "####", "##hash", "pneumonoultramicroscopicsilicovolcanoconiosis", "Pneumono")
 
-_PIECES = [*BERT_SPECIAL_TOKENS, "[mask]", "[MA\x00SK]", "Σ", "ΑΣ ", "e\u0301", "<\u0338", "\u0345", "İ", "ß",
-           "中", "\U0002b820", "\x85", "\ufffd", "\ue000", "##", "x" * 101, "''", "``", "9,9"]
+_PIECES = [
+    *BERT_SPECIAL_TOKENS,
+    "[mask]",
+    "[MA\x00SK]",
+    "Σ",
+    "ΑΣ ",
+    "e\u0301",
+    "<\u0338",
+    "\u0345",
+    "İ",
+    "ß",
+    "中",
+    "\U0002b820",
+    "\x85",
+    "\ufffd",
+    "\ue000",
+    "##",
+    "x" * 101,
+    "''",
+    "``",
+    "9,9",
+]
 BERT_TEXTS = st.lists(st.one_of(TEXTS, st.sampled_from(_PIECES)), max_size=6).map("".join)
 """Arbitrary Unicode text (see conftest.TEXTS), with special tokens and BERT's corner cases mixed in."""
 
@@ -212,19 +233,49 @@ def test_uncased_options_equal_slow_bert(vocab_files):
 def test_golden_values_from_transformers_4(tmp_path):
     """Produced with transformers 4.57.6's ``BertTokenizer(path, do_lower_case=...)``
     (``encode(text, add_special_tokens=False)``) on this vocabulary, in a scratch environment."""
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[", "]", "m", "##a", "##s", "##k", "M", "##A",
-             "##S", "##K", "caf", "##e", "##é", "##\u0301", "ο", "##δ", "##ο", "##σ", "##ς", "οδος", "οδοσ",
-             "α", "Α", "##Σ", "ΟΔΟΣ"]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "[",
+        "]",
+        "m",
+        "##a",
+        "##s",
+        "##k",
+        "M",
+        "##A",
+        "##S",
+        "##K",
+        "caf",
+        "##e",
+        "##é",
+        "##\u0301",
+        "ο",
+        "##δ",
+        "##ο",
+        "##σ",
+        "##ς",
+        "οδος",
+        "οδοσ",
+        "α",
+        "Α",
+        "##Σ",
+        "ΟΔΟΣ",
+    ]
     texts = ["ΟΔΟΣ ΑΣ.", "Café cafe\u0301", "[MA\x00SK] [mask]", "x[MASK]ΑΣ"]
     write_vocab(vocab, tmp_path / "vocab.txt")
     uncased = WordPieceTokenizer.from_file(tmp_path / "vocab.txt")
     cased = WordPieceTokenizer.from_file(tmp_path / "vocab.txt", do_lower_case=False)
     assert [uncased.encode(t) for t in texts] == [
-        [25, 26, 22, 1], [15, 16, 15, 16], [5, 7, 8, 9, 10, 6, 5, 7, 8, 9, 10, 6], [1, 4, 26, 22]
+        [25, 26, 22, 1],
+        [15, 16, 15, 16],
+        [5, 7, 8, 9, 10, 6, 5, 7, 8, 9, 10, 6],
+        [1, 4, 26, 22],
     ]
-    assert [cased.encode(t) for t in texts] == [
-        [29, 27, 28, 1], [1, 15, 17], [4, 5, 7, 8, 9, 10, 6], [1, 4, 27, 28]
-    ]
+    assert [cased.encode(t) for t in texts] == [[29, 27, 28, 1], [1, 15, 17], [4, 5, 7, 8, 9, 10, 6], [1, 4, 27, 28]]
 
 
 # -------------------------------------------------------------------- the peers that diverge, pinned
@@ -337,7 +388,7 @@ def test_duplicate_token(tmp_path):
 def test_missing_special_token(tmp_path, missing):
     path = tmp_path / "vocab.txt"
     path.write_text("".join(f"{t}\n" for t in BERT_SPECIAL_TOKENS if t != missing) + "a\n", encoding="utf-8")
-    with pytest.raises(WordPieceFormatError, match=re.escape(f"vocab.txt: lacks the") + f".*{re.escape(missing)}"):
+    with pytest.raises(WordPieceFormatError, match=re.escape("vocab.txt: lacks the") + f".*{re.escape(missing)}"):
         WordPieceTokenizer.from_file(path)
 
 

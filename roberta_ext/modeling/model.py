@@ -25,8 +25,14 @@ class RobertaEncoder(nn.Module):
         super().__init__()
         self.sentence_encoder = TransformerEncoder(cfg)
         tied = None if cfg.untie_weights else self.sentence_encoder.embed_tokens.weight
-        self.lm_head = LMHead(cfg.embed_dim, cfg.vocab_size, cfg.activation_fn, weight=tied,
-                              input_dim=cfg.encoder_embed_dim, layer_norm_eps=cfg.layer_norm_eps)
+        self.lm_head = LMHead(
+            cfg.embed_dim,
+            cfg.vocab_size,
+            cfg.activation_fn,
+            weight=tied,
+            input_dim=cfg.encoder_embed_dim,
+            layer_norm_eps=cfg.layer_norm_eps,
+        )
 
     def forward(
         self,
@@ -52,9 +58,12 @@ class RobertaModel(nn.Module):
     torch.Size([1, 4, 64])
     """
 
-    def __init__(self, cfg: EncoderConfig) -> None:
+    def __init__(self, cfg: EncoderConfig, *, has_lm_head: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
+        self.has_lm_head = has_lm_head
+        """False for a model loaded from a file without a trained masked-LM head (transformers'
+        ``BertModel``): the head's weights are fresh, and ``fill_mask`` refuses."""
         self.encoder = RobertaEncoder(cfg)
         self.pooler = Pooler(cfg.encoder_embed_dim, cfg.pooler_activation_fn) if cfg.pooler else None
         self.classification_heads = nn.ModuleDict()
@@ -97,7 +106,7 @@ class RobertaModel(nn.Module):
 
     def register_classification_head(
         self, name: str, num_classes: int | None = None, inner_dim: int | None = None
-    ) -> ClassificationHead:
+    ) -> ClassificationHead | PooledClassificationHead:
         """Add (or replace, with a warning-free overwrite like fairseq's) a head named ``name``.
 
         >>> model = RobertaModel(EncoderConfig.preset("tiny"))
@@ -109,7 +118,7 @@ class RobertaModel(nn.Module):
         if num_classes is None or num_classes <= 0:
             raise ValueError(f"num_classes for head {name!r} must be a positive integer, got {num_classes!r}")
         dim = self.cfg.encoder_embed_dim
-        head: nn.Module
+        head: ClassificationHead | PooledClassificationHead
         if self.pooler is not None:  # BERT-like: the shared pooler, then dropout and out_proj
             head = PooledClassificationHead(dim, num_classes, self.cfg.pooler_dropout)
         else:
@@ -131,8 +140,9 @@ class RobertaModel(nn.Module):
             raise ValueError(f"token head name {name!r} must be non-empty and contain no '.'")
         if num_labels is None or num_labels <= 0:
             raise ValueError(f"num_labels for token head {name!r} must be a positive integer, got {num_labels!r}")
-        head = TokenClassificationHead(self.cfg.encoder_embed_dim, num_labels,
-                                       self.cfg.dropout if dropout is None else dropout)
+        head = TokenClassificationHead(
+            self.cfg.encoder_embed_dim, num_labels, self.cfg.dropout if dropout is None else dropout
+        )
         self.token_heads[name] = self._adopt(head)
         return head
 

@@ -27,12 +27,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roberta_ext import corpus
-from roberta_ext.corpus import CorpusError, bpe_encode_files, bpe_encode_main, build_fairseq_dictionary, train_bpe_main
+from roberta_ext.corpus import (
+    CorpusError,
+    bpe_encode_files,
+    bpe_encode_main,
+    build_fairseq_dictionary,
+    reading,
+    train_bpe_main,
+)
 from roberta_ext.tokenizers import GPT2BPE, GPT2BPEFormatError
+from roberta_ext.tokenizers.dictionary import Dictionary
 from tests.bpe_fixtures import UNICODE_SAMPLES, BpeFiles, build_bpe_files
+from tests.peers import require, require_installed
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAIRSEQ_PREPROCESS = Path(sys.executable).parent / "fairseq-preprocess"
 
 
@@ -50,7 +58,7 @@ def fairseq_encoder_script(
     stdout: io.TextIOBase | None = None,
 ) -> str:
     """fairseq's multiprocessing_bpe_encoder.py main(), minus the pool; returns what it prints to stderr."""
-    gpt2_bpe_utils = pytest.importorskip("fairseq.data.encoders.gpt2_bpe_utils")
+    gpt2_bpe_utils = require("fairseq.data.encoders.gpt2_bpe_utils", "fairseq's GPT-2 encoder is the peer")
     bpe = gpt2_bpe_utils.get_encoder(str(encoder_json), str(vocab_bpe))
 
     def encode_lines(lines):  # MultiprocessingEncoder.encode_lines, verbatim
@@ -65,7 +73,7 @@ def fairseq_encoder_script(
 
     stderr = io.StringIO()
     with contextlib.ExitStack() as stack:
-        inputs_h = [stack.enter_context(open(i, "r", encoding="utf-8")) if i != "-" else stdin for i in inputs]
+        inputs_h = [stack.enter_context(open(i, encoding="utf-8")) if i != "-" else stdin for i in inputs]
         outputs_h = [stack.enter_context(open(o, "w", encoding="utf-8")) if o != "-" else stdout for o in outputs]
         stats = Counter()
         for i, (filt, enc_lines) in enumerate(map(encode_lines, zip(*inputs_h)), start=1):
@@ -75,9 +83,9 @@ def fairseq_encoder_script(
             else:
                 stats["num_filtered_" + filt] += 1
             if i % 10000 == 0:
-                print("processed {} lines".format(i), file=stderr)
+                print(f"processed {i} lines", file=stderr)
         for k, v in stats.most_common():
-            print("[{}] filtered {} lines".format(k, v), file=stderr)
+            print(f"[{k}] filtered {v} lines", file=stderr)
     return stderr.getvalue()
 
 
@@ -129,8 +137,18 @@ def vocab(tmp_path: Path) -> BpeFiles:
 
 def _encode_cli(vocab: BpeFiles, inputs: list[Path | str], outputs: list[Path | str], *extra: str) -> int:
     return bpe_encode_main(
-        ["--encoder-json", str(vocab.encoder_json), "--vocab-bpe", str(vocab.vocab_bpe),
-         "--inputs", *map(str, inputs), "--outputs", *map(str, outputs), "--no-progress", *extra]
+        [
+            "--encoder-json",
+            str(vocab.encoder_json),
+            "--vocab-bpe",
+            str(vocab.vocab_bpe),
+            "--inputs",
+            *map(str, inputs),
+            "--outputs",
+            *map(str, outputs),
+            "--no-progress",
+            *extra,
+        ]
     )
 
 
@@ -146,7 +164,7 @@ def _leftovers(directory: Path) -> list[str]:
 @pytest.mark.parametrize("keep_empty", [False, True])
 @pytest.mark.parametrize("parallel", [1, 2])
 def test_bpe_encode_equals_fairseq_script(tmp_path, vocab, capsys, monkeypatch, workers, keep_empty, parallel):
-    monkeypatch.setattr(corpus, "CHUNK_ROWS", 13)  # many chunks, so order across workers matters
+    monkeypatch.setattr(reading, "CHUNK_ROWS", 13)  # many chunks, so order across workers matters
     inputs = [
         write_lines(tmp_path / "a.txt", logical_lines(300, seed=1), last="\r\n"),
         write_lines(tmp_path / "b.txt", logical_lines(300, seed=2), terminators=("\r\n",)),
@@ -169,7 +187,7 @@ def test_bpe_encode_equals_fairseq_script(tmp_path, vocab, capsys, monkeypatch, 
 
 def test_bpe_encode_progress_messages_and_stats(tmp_path, vocab, capsys, monkeypatch):
     """fairseq's 'processed N lines' every 10000 rows (when no bar), over many small chunks."""
-    monkeypatch.setattr(corpus, "CHUNK_ROWS", 777)
+    monkeypatch.setattr(reading, "CHUNK_ROWS", 777)
     lines = [f"line {k} {'' if k % 7 else '  '}" if k % 11 else "" for k in range(25_000)]
     source = write_lines(tmp_path / "in.txt", lines, terminators=("\n",), last="\n")
     assert _encode_cli(vocab, [source], [tmp_path / "ours.bpe"], "--workers", "2") == 0
@@ -213,8 +231,10 @@ def test_bpe_encode_stdin_to_stdout(vocab, capsys, monkeypatch):
 
     def stdio() -> tuple[io.TextIOWrapper, io.TextIOWrapper]:
         # CPython builds sys.stdin with newline="\n" on POSIX (create_stdio in pylifecycle.c).
-        return (io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="\n"),
-                io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="\n"))
+        return (
+            io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="\n"),
+            io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="\n"),
+        )
 
     stdin, stdout = stdio()
     with monkeypatch.context() as patch:
@@ -237,7 +257,7 @@ def test_bpe_encode_stdin_to_stdout(vocab, capsys, monkeypatch):
 
 
 def test_bpe_encode_invalid_utf8_midway_writes_nothing(tmp_path, vocab, capsys, monkeypatch):
-    monkeypatch.setattr(corpus, "CHUNK_ROWS", 64)  # earlier chunks are encoded and written first
+    monkeypatch.setattr(reading, "CHUNK_ROWS", 64)  # earlier chunks are encoded and written first
     lines = [line.encode("utf-8") for line in logical_lines(1000, seed=4)]
     lines[499] = b"valid start \xc3\x28 then garbage"
     source = tmp_path / "in.txt"
@@ -287,10 +307,12 @@ def test_bpe_encode_parallel_inputs_of_different_lengths(tmp_path, vocab, capsys
 def test_inputs_help_tells_parallel_columns_from_separate_files(capsys):
     """``bpe-encode --inputs a b`` are fairseq's parallel columns, ``tokenize --inputs a b``
     separate files: both --help texts say so, naming the other command."""
-    from roberta_ext.tokenize_corpus import tokenize_main
+    from roberta_ext.corpus import tokenize_main
 
-    for main, meaning, other in ((bpe_encode_main, "PARALLEL COLUMNS", "roberta-ext tokenize"),
-                                 (tokenize_main, "SEPARATE files", "roberta-ext bpe-encode")):
+    for main, meaning, other in (
+        (bpe_encode_main, "PARALLEL COLUMNS", "roberta-ext tokenize"),
+        (tokenize_main, "SEPARATE files", "roberta-ext bpe-encode"),
+    ):
         with pytest.raises(SystemExit):
             main(["--help"])
         text = " ".join(capsys.readouterr().out.split())
@@ -327,16 +349,36 @@ def test_bpe_encode_interrupted_leaves_no_output(tmp_path, vocab):
         directory.mkdir()
         output = directory / "out.bpe"
         output.write_text("previous contents\n")
-        runs[signal_number] = directory, subprocess.Popen(
-            [sys.executable, "-m", "roberta_ext", "bpe-encode", "--encoder-json", str(vocab.encoder_json),
-             "--vocab-bpe", str(vocab.vocab_bpe), "--inputs", "-", "--outputs", str(output), "--workers", "2"],
-            stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, start_new_session=True,
-            # As from a terminal: a test suite started in the background of a non-interactive
-            # shell inherits SIGINT ignored, and so would the command (rightly: nohup semantics).
-            preexec_fn=_sigint_default,
+        runs[signal_number] = (
+            directory,
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "roberta_ext",
+                    "bpe-encode",
+                    "--encoder-json",
+                    str(vocab.encoder_json),
+                    "--vocab-bpe",
+                    str(vocab.vocab_bpe),
+                    "--inputs",
+                    "-",
+                    "--outputs",
+                    str(output),
+                    "--workers",
+                    "2",
+                ],
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=REPO,
+                start_new_session=True,
+                # As from a terminal: a test suite started in the background of a non-interactive
+                # shell inherits SIGINT ignored, and so would the command (rightly: nohup semantics).
+                preexec_fn=_sigint_default,
+            ),
         )
     try:
-        for signal_number, (directory, process) in runs.items():
+        for _directory, process in runs.values():
             process.stdin.write(b"some text\n" * 10_000)  # then stdin stays open: the run waits for more
             process.stdin.flush()
         for signal_number, (directory, process) in runs.items():
@@ -374,7 +416,7 @@ def _stdlib_text(name: str) -> str:
 
 def test_build_fairseq_dictionary_equals_finalize():
     """Ties broken by symbol string, padding rows: as fairseq's Dictionary.finalize."""
-    fairseq_data = pytest.importorskip("fairseq.data")
+    fairseq_data = require("fairseq.data", "fairseq's Dictionary.finalize is the peer")
     rng = random.Random(0)
     counts = {token_id: rng.choice([1, 2, 3, 50]) for token_id in rng.sample(range(2000), 301)}
     theirs = fairseq_data.Dictionary()
@@ -388,18 +430,32 @@ def test_build_fairseq_dictionary_equals_finalize():
 
 def test_train_bpe_then_fairseq_preprocess(tmp_path):
     """dict.txt == the dictionary fairseq-preprocess builds itself, and --srcdict changes nothing."""
-    if not FAIRSEQ_PREPROCESS.exists():
-        pytest.skip("fairseq-preprocess is not installed")
-    gpt2_bpe_utils = pytest.importorskip("fairseq.data.encoders.gpt2_bpe_utils")
+    require_installed("fairseq_cli.preprocess", "the test runs fairseq-preprocess")
+    gpt2_bpe_utils = require("fairseq.data.encoders.gpt2_bpe_utils", "fairseq's GPT-2 encoder is the peer")
     lines = [*_stdlib_text("textwrap.py").splitlines(), *logical_lines(400, seed=6)]
     train = write_lines(tmp_path / "train.txt", lines)
     extra = tmp_path / "extra.txt"  # learned from, but not counted in dict.txt
     extra.write_text(_stdlib_text("calendar.py"), encoding="utf-8")
     out = tmp_path / "gpt2_bpe"
-    assert train_bpe_main(
-        ["--inputs", str(train), str(extra), "--output-dir", str(out), "--num-merges", "400",
-         "--dict-from", str(train), "--workers", "2", "--no-progress"]
-    ) == 0
+    assert (
+        train_bpe_main(
+            [
+                "--inputs",
+                str(train),
+                str(extra),
+                "--output-dir",
+                str(out),
+                "--num-merges",
+                "400",
+                "--dict-from",
+                str(train),
+                "--workers",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert _leftovers(out) == []
 
     # fairseq's own GPT-2 encoder reads the learned files and agrees with ours.
@@ -409,16 +465,34 @@ def test_train_bpe_then_fairseq_preprocess(tmp_path):
     assert ours.encode(sample) == theirs.encode(sample)
     assert len(theirs.bpe_ranks) == 400
 
-    assert bpe_encode_main(
-        ["--encoder-json", str(out / "encoder.json"), "--vocab-bpe", str(out / "vocab.bpe"),
-         "--inputs", str(train), "--outputs", str(tmp_path / "train.bpe"), "--workers", "1", "--no-progress"]
-    ) == 0
+    assert (
+        bpe_encode_main(
+            [
+                "--encoder-json",
+                str(out / "encoder.json"),
+                "--vocab-bpe",
+                str(out / "vocab.bpe"),
+                "--inputs",
+                str(train),
+                "--outputs",
+                str(tmp_path / "train.bpe"),
+                "--workers",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     common = [str(FAIRSEQ_PREPROCESS), "--only-source", "--trainpref", str(tmp_path / "train.bpe"), "--workers", "1"]
     runs = [  # both at once: each spends seconds importing fairseq
-        subprocess.Popen([*common, "--destdir", str(tmp_path / "own")],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
-        subprocess.Popen([*common, "--destdir", str(tmp_path / "src"), "--srcdict", str(out / "dict.txt")],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+        subprocess.Popen(
+            [*common, "--destdir", str(tmp_path / "own")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        ),
+        subprocess.Popen(
+            [*common, "--destdir", str(tmp_path / "src"), "--srcdict", str(out / "dict.txt")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        ),
     ]
     for run in runs:
         log = run.communicate(timeout=300)[0].decode()
@@ -469,7 +543,7 @@ def test_train_bpe_interrupted_while_writing_leaves_nothing(tmp_path, monkeypatc
     def interrupted_save(self, path):  # encoder.json and vocab.bpe are written by then
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(corpus.Dictionary, "save", interrupted_save)
+    monkeypatch.setattr(Dictionary, "save", interrupted_save)
     args = ["--inputs", str(source), "--output-dir", str(out), "--num-merges", "20", "--workers", "1"]
     assert train_bpe_main(args) == 130
     assert list(out.iterdir()) == []

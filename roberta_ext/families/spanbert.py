@@ -31,16 +31,19 @@ trained as usual) plus ``sbo_head.*``, which serving drops (:func:`encoder_state
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import EncoderConfig
-from .encoder import get_activation_fn, init_bert_params
-from .roberta import RobertaModel
+from ..modeling.config import EncoderConfig
+from ..modeling.encoder import get_activation_fn, init_bert_params
+from ..modeling.model import RobertaModel
+from .base import LARGE, TINY, Family
+from .bert import bert_config
 
 SBO_HEAD = "sbo_head"
 """Attribute (and state-dict prefix) of the span boundary head."""
@@ -54,34 +57,9 @@ PRETRAINING_ONLY = (SBO_HEAD,)
 
 
 def spanbert_config(**overrides: Any) -> EncoderConfig:
-    """SpanBERT-base with ``overrides``: BERT-base's shape on BERT's cased vocabulary (28996),
-    no pooler (SpanBERT has no NSP, so nothing trains one)."""
-    values: dict[str, Any] = dict(
-        family="spanbert",
-        vocab_size=28996,
-        padding_idx=0,
-        encoder_layers=12,
-        encoder_embed_dim=768,
-        encoder_ffn_embed_dim=3072,
-        encoder_attention_heads=12,
-        max_positions=512,
-        activation_fn="gelu",
-        type_vocab_size=2,
-        position_style="absolute",
-        layer_norm_eps=1e-12,
-        pooler=False,
-    )
-    values.update(overrides)
-    return EncoderConfig(**values)
-
-
-PRESETS = {
-    "spanbert-tiny": lambda: spanbert_config(vocab_size=64, encoder_layers=2, encoder_embed_dim=32,
-                                             encoder_ffn_embed_dim=64, encoder_attention_heads=4, max_positions=64),
-    "spanbert-base": spanbert_config,
-    "spanbert-large": lambda: spanbert_config(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
-                                              encoder_attention_heads=16),
-}
+    """SpanBERT-base with ``overrides``: BERT-base (:func:`~roberta_ext.families.bert.bert_config`)
+    on BERT's cased vocabulary (28996), without a pooler (SpanBERT has no NSP, so nothing trains one)."""
+    return bert_config(**{"family": "spanbert", "vocab_size": 28996, "pooler": False, **overrides})
 
 
 def span_boundaries(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -123,7 +101,7 @@ class SpanBoundaryHead(nn.Module):
         embed_dim: int,
         vocab_size: int,
         *,
-        weight: nn.Parameter | None = None,
+        weight: torch.Tensor | None = None,  # a Parameter to tie (torch types Embedding.weight as Tensor)
         max_span_length: int = DEFAULT_MAX_SPAN_LENGTH,
         position_dim: int | None = None,
         activation_fn: str = "gelu",
@@ -161,33 +139,38 @@ class SpanBoundaryHead(nn.Module):
         return F.linear(x, self.weight) + self.bias  # (N, V)
 
 
-def add_sbo_head(
+def make_sbo_head(
     model: RobertaModel, *, max_span_length: int = DEFAULT_MAX_SPAN_LENGTH, position_dim: int | None = None
 ) -> SpanBoundaryHead:
-    """Give ``model`` a freshly initialised ``sbo_head`` whose output matrix is the token
+    """A freshly initialised span boundary head for ``model`` whose output matrix is the token
     embedding (unless the model unties its LM head, in which case the SBO has its own)."""
     cfg = model.cfg
     tied = None if cfg.untie_weights else model.encoder.sentence_encoder.embed_tokens.weight
-    head = SpanBoundaryHead(cfg.encoder_embed_dim, cfg.embed_dim, cfg.vocab_size, weight=tied,
-                            max_span_length=max_span_length, position_dim=position_dim,
-                            activation_fn=cfg.activation_fn, layer_norm_eps=cfg.layer_norm_eps)
+    head = SpanBoundaryHead(
+        cfg.encoder_embed_dim,
+        cfg.embed_dim,
+        cfg.vocab_size,
+        weight=tied,
+        max_span_length=max_span_length,
+        position_dim=position_dim,
+        activation_fn=cfg.activation_fn,
+        layer_norm_eps=cfg.layer_norm_eps,
+    )
     for module in head.children():
         module.apply(init_bert_params)
-    param = next(model.parameters())
-    head = head.to(device=param.device, dtype=param.dtype).train(model.training)
-    setattr(model, SBO_HEAD, head)
     return head
 
 
 class SpanBertPretrainingModel(RobertaModel):
     """An encoder with its MLM head and a span boundary head."""
 
-    def __init__(self, cfg: EncoderConfig, *, max_span_length: int = DEFAULT_MAX_SPAN_LENGTH,
-                 position_dim: int | None = None) -> None:
+    def __init__(
+        self, cfg: EncoderConfig, *, max_span_length: int = DEFAULT_MAX_SPAN_LENGTH, position_dim: int | None = None
+    ) -> None:
         super().__init__(cfg)
-        add_sbo_head(self, max_span_length=max_span_length, position_dim=position_dim)
+        self.sbo_head = make_sbo_head(self, max_span_length=max_span_length, position_dim=position_dim)
 
-    def pretraining_forward(self, src_tokens: torch.Tensor, targets: torch.Tensor, **kwargs: Any) -> "SpanBertOutput":
+    def pretraining_forward(self, src_tokens: torch.Tensor, targets: torch.Tensor, **kwargs: Any) -> SpanBertOutput:
         """:func:`spanbert_forward` on this model."""
         return spanbert_forward(self, src_tokens, targets, **kwargs)
 
@@ -205,7 +188,10 @@ class SpanBertOutput:
 
 
 def spanbert_forward(
-    model: RobertaModel, src_tokens: torch.Tensor, targets: torch.Tensor, *,
+    model: RobertaModel,
+    src_tokens: torch.Tensor,
+    targets: torch.Tensor,
+    *,
     segment_labels: torch.Tensor | None = None,
 ) -> SpanBertOutput:
     """One encoder pass, then the MLM head and the SBO head on the masked positions.
@@ -253,14 +239,29 @@ def encoder_state(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Ten
     return {k: v for k, v in state_dict.items() if not k.startswith(tuple(p + "." for p in PRETRAINING_ONLY))}
 
 
+FAMILY = Family(
+    name="spanbert",
+    presets={
+        "tiny": lambda: spanbert_config(**TINY),
+        "base": spanbert_config,
+        "large": lambda: spanbert_config(**LARGE),
+    },
+    # The plugin trains SpanBERT on fairseq-preprocess data of any tokenizer (the docs: GPT-2 BPE);
+    # released SpanBERT checkpoints are transformers BERT folders, which load as the bert family.
+    tokenizer="gpt2",
+    pretraining_modules=PRETRAINING_ONLY,
+    fairseq_model="spanbert_ext",
+)
+
+
 __all__ = [
     "SBO_HEAD",
     "SpanBertLoss",
     "SpanBertOutput",
     "SpanBertPretrainingModel",
     "SpanBoundaryHead",
-    "add_sbo_head",
     "encoder_state",
+    "make_sbo_head",
     "span_boundaries",
     "spanbert_config",
     "spanbert_forward",

@@ -5,7 +5,7 @@ objectives, not its layers: a WordPiece vocabulary with ``[PAD]`` at index 0, ab
 positions (row ``t`` for position ``t``), segment embeddings telling sentence A from sentence B
 in ``[CLS] A [SEP] B [SEP]``, LayerNorm epsilon 1e-12, and a pooler (dense + tanh on
 ``[CLS]``) under its next-sentence-prediction head. RoBERTa's paper dropped NSP and the
-segments; BERT keeps both, so this file is a set of presets.
+segments; BERT keeps both, so this file is data: presets and transformers' names.
 
 >>> from roberta_ext.modeling import EncoderConfig, RobertaModel
 >>> cfg = EncoderConfig.preset("bert-base")
@@ -17,16 +17,19 @@ segments; BERT keeps both, so this file is a set of presets.
 
 from __future__ import annotations
 
-from .config import EncoderConfig
+from typing import Any
+
+from ..modeling.config import EncoderConfig
+from .base import BERT_STYLE_EMBEDDINGS, BERT_STYLE_LAYER, LARGE, SEQUENCE_HEAD, TINY, Family, TransformersLayout
 
 NEXT_SENTENCE_HEAD = "next_sentence"
 """Name of the classification head that predicts whether sentence B follows sentence A
 (class 0: B is the real continuation, 1: B is random — transformers' convention)."""
 
 
-def bert_config(**overrides) -> EncoderConfig:
+def bert_config(**overrides: Any) -> EncoderConfig:
     """BERT-base's config with ``overrides``: vocabulary 30522 (uncased English), 12 x 768."""
-    values = dict(
+    values: dict[str, Any] = dict(
         family="bert",
         vocab_size=30522,
         padding_idx=0,
@@ -45,10 +48,34 @@ def bert_config(**overrides) -> EncoderConfig:
     return EncoderConfig(**values)
 
 
-PRESETS = {
-    "bert-tiny": lambda: bert_config(vocab_size=64, encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
-                                     encoder_attention_heads=4, max_positions=64),
-    "bert-base": bert_config,
-    "bert-large": lambda: bert_config(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
-                                      encoder_attention_heads=16),
-}
+FAMILY = Family(
+    name="bert",
+    presets={
+        "tiny": lambda: bert_config(**TINY),
+        "base": bert_config,
+        "large": lambda: bert_config(**LARGE),
+    },
+    tokenizer="wordpiece",
+    sentence_head=NEXT_SENTENCE_HEAD,
+    transformers=TransformersLayout(
+        model_type="bert",
+        class_prefix="Bert",
+        base_prefix="bert.",
+        layer_prefix="{p}encoder.layer.{i}.",
+        layer=BERT_STYLE_LAYER,
+        modules=[("{p}" + theirs, ours) for theirs, ours in BERT_STYLE_EMBEDDINGS]
+        + [("{p}pooler.dense", "pooler.dense")],
+        lm_head=[
+            ("cls.predictions.transform.dense", "encoder.lm_head.dense"),
+            ("cls.predictions.transform.LayerNorm", "encoder.lm_head.layer_norm"),
+        ],
+        lm_decoder="cls.predictions",
+        task_heads={
+            "ForPreTraining": [("cls.seq_relationship", f"classification_heads.{NEXT_SENTENCE_HEAD}.out_proj")],
+            "ForNextSentencePrediction": [
+                ("cls.seq_relationship", f"classification_heads.{NEXT_SENTENCE_HEAD}.out_proj")
+            ],
+            "ForSequenceClassification": [("classifier", f"classification_heads.{SEQUENCE_HEAD}.out_proj")],
+        },
+    ),
+)

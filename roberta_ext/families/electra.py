@@ -16,8 +16,9 @@ each model projects them to its own width with its own ``embed_proj`` — the co
 embeddings (``embedding_size`` = E). The generator's MLM head maps its hidden size back to E
 and predicts through the shared embedding matrix.
 
-Layout of a pretraining model (a :class:`~roberta_ext.modeling.RobertaModel` plus two modules,
-so the discriminator keeps the keys every loader knows)::
+Layout of a pretraining model (:class:`ElectraPretrainingModel`: a
+:class:`~roberta_ext.modeling.RobertaModel` plus two modules, so the discriminator keeps the keys
+every loader knows)::
 
     encoder.sentence_encoder.*   the discriminator (what the hub serves)
     encoder.lm_head.*            the discriminator's MLM head: unused and frozen, kept so the
@@ -26,8 +27,9 @@ so the discriminator keeps the keys every loader knows)::
     discriminator_head.*         dense H->H, GELU, dense_prediction H->1 (transformers' names)
     generator.*                  a whole RobertaModel; its embeddings are the discriminator's
 
-transformers' ``ElectraForPreTraining`` checkpoints load into the same layout (the discriminator
-with its ``discriminator_head``) through :mod:`roberta_ext.checkpoints.transformers`.
+A served discriminator is :class:`ElectraDiscriminator` (the encoder and ``discriminator_head``);
+transformers' ``ElectraForPreTraining`` checkpoints load into it through
+:mod:`roberta_ext.checkpoints.transformers`.
 
 >>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
 >>> model.generator.cfg.encoder_embed_dim, model.cfg.encoder_embed_dim, model.cfg.embed_dim
@@ -38,16 +40,19 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import EncoderConfig
-from .encoder import get_activation_fn, init_bert_params
-from .roberta import RobertaModel
+from ..modeling.config import EncoderConfig
+from ..modeling.encoder import get_activation_fn, init_bert_params
+from ..modeling.model import RobertaModel
+from .base import BERT_STYLE_EMBEDDINGS, BERT_STYLE_LAYER, LARGE, SEQUENCE_HEAD, TINY, Family, TransformersLayout
+from .bert import bert_config
 
 GENERATOR = "generator"
 """Attribute (and state-dict prefix) of the generator of a pretraining model."""
@@ -67,6 +72,7 @@ SHARED_EMBEDDINGS = ("embed_tokens", "embed_positions", "segment_embeddings", "l
 
 # ------------------------------------------------------------------------------- configs
 
+
 def electra_config(**overrides: Any) -> EncoderConfig:
     """ELECTRA-base's discriminator with ``overrides``: BERT's uncased vocabulary, 12 x 768.
 
@@ -74,36 +80,7 @@ def electra_config(**overrides: Any) -> EncoderConfig:
     a pooler; its classification head is dense -> GELU -> out_proj on the first token, which is
     our :class:`~roberta_ext.modeling.heads.ClassificationHead` with ``pooler_activation_fn="gelu"``.
     """
-    values: dict[str, Any] = dict(
-        family="electra",
-        vocab_size=30522,
-        padding_idx=0,
-        encoder_layers=12,
-        encoder_embed_dim=768,
-        encoder_ffn_embed_dim=3072,
-        encoder_attention_heads=12,
-        max_positions=512,
-        activation_fn="gelu",
-        pooler_activation_fn="gelu",
-        type_vocab_size=2,
-        position_style="absolute",
-        layer_norm_eps=1e-12,
-        pooler=False,
-    )
-    values.update(overrides)
-    return EncoderConfig(**values)
-
-
-PRESETS = {
-    "electra-tiny": lambda: electra_config(vocab_size=64, encoder_layers=2, encoder_embed_dim=32,
-                                           encoder_ffn_embed_dim=64, encoder_attention_heads=4, embedding_size=16,
-                                           max_positions=64),
-    "electra-small": lambda: electra_config(encoder_embed_dim=256, encoder_ffn_embed_dim=1024,
-                                            encoder_attention_heads=4, embedding_size=128),
-    "electra-base": electra_config,
-    "electra-large": lambda: electra_config(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
-                                            encoder_attention_heads=16),
-}
+    return bert_config(**{"family": "electra", "pooler": False, "pooler_activation_fn": "gelu", **overrides})
 
 
 def generator_config(cfg: EncoderConfig, fraction: float = DEFAULT_GENERATOR_FRACTION) -> EncoderConfig:
@@ -132,6 +109,7 @@ def generator_config(cfg: EncoderConfig, fraction: float = DEFAULT_GENERATOR_FRA
 
 # -------------------------------------------------------------------------------- modules
 
+
 class ElectraDiscriminatorHead(nn.Module):
     """Replaced-token detection: dense H->H -> activation -> dense_prediction H->1, one logit
     per token (positive: replaced). Names as transformers' ``ElectraDiscriminatorPredictions``."""
@@ -146,36 +124,29 @@ class ElectraDiscriminatorHead(nn.Module):
         return self.dense_prediction(self.activation_fn(self.dense(features))).squeeze(-1)
 
 
-def add_discriminator_head(model: RobertaModel) -> ElectraDiscriminatorHead:
-    """Give ``model`` a (freshly initialised) ``discriminator_head``, on its device and dtype;
-    works on meta-device models that are about to receive a checkpoint.
-
-    Checkpoint loaders call it when the file has ``discriminator_head.*`` keys, before loading.
-    """
-    head = ElectraDiscriminatorHead(model.cfg.encoder_embed_dim, model.cfg.activation_fn)
+def make_discriminator_head(cfg: EncoderConfig) -> ElectraDiscriminatorHead:
+    """A freshly initialised replaced-token-detection head for a discriminator of config ``cfg``."""
+    head = ElectraDiscriminatorHead(cfg.encoder_embed_dim, cfg.activation_fn)
     head.apply(init_bert_params)
-    param = next(model.parameters())
-    head = head.to(device=param.device, dtype=param.dtype).train(model.training)
-    setattr(model, DISCRIMINATOR_HEAD, head)
     return head
 
 
-def add_generator(model: RobertaModel, fraction: float | EncoderConfig = DEFAULT_GENERATOR_FRACTION) -> RobertaModel:
-    """Give ``model`` (the discriminator) a ``generator``: a :class:`RobertaModel` whose
-    embeddings (:data:`SHARED_EMBEDDINGS`) and tied output matrix are the discriminator's.
-    ``fraction`` is the generator's relative width, or its whole config."""
+def make_generator(model: RobertaModel, fraction: float | EncoderConfig = DEFAULT_GENERATOR_FRACTION) -> RobertaModel:
+    """A generator for the discriminator ``model``: a :class:`RobertaModel` whose embeddings
+    (:data:`SHARED_EMBEDDINGS`) and tied output matrix are the discriminator's. ``fraction`` is
+    the generator's relative width, or its whole config."""
     gen_cfg = fraction if isinstance(fraction, EncoderConfig) else generator_config(model.cfg, fraction)
     if gen_cfg.embed_dim != model.cfg.embed_dim or gen_cfg.vocab_size != model.cfg.vocab_size:
-        raise ValueError(f"the generator's embeddings ({gen_cfg.vocab_size} x {gen_cfg.embed_dim}) must be the "
-                         f"discriminator's ({model.cfg.vocab_size} x {model.cfg.embed_dim}) to be shared")
-    param = next(model.parameters())
-    generator = RobertaModel(gen_cfg).to(device=param.device, dtype=param.dtype).train(model.training)
+        raise ValueError(
+            f"the generator's embeddings ({gen_cfg.vocab_size} x {gen_cfg.embed_dim}) must be the "
+            f"discriminator's ({model.cfg.vocab_size} x {model.cfg.embed_dim}) to be shared"
+        )
+    generator = RobertaModel(gen_cfg)
     ours, theirs = model.encoder.sentence_encoder, generator.encoder.sentence_encoder
     for name in SHARED_EMBEDDINGS:
         setattr(theirs, name, getattr(ours, name))
     if not gen_cfg.untie_weights:
         generator.encoder.lm_head.weight = ours.embed_tokens.weight
-    setattr(model, GENERATOR, generator)
     return generator
 
 
@@ -191,16 +162,20 @@ def freeze_unused_lm_head(model: RobertaModel) -> None:
         head.weight.requires_grad_(False)
 
 
-def prepare_for_pretraining(model: RobertaModel, fraction: float = DEFAULT_GENERATOR_FRACTION) -> RobertaModel:
-    """Turn ``model`` into an ELECTRA pretraining model in place: add the generator and the
-    discriminator head, freeze the unused MLM head. Returns ``model``."""
-    add_generator(model, fraction)
-    add_discriminator_head(model)
-    freeze_unused_lm_head(model)
-    return model
+class ElectraDiscriminator(RobertaModel):
+    """ELECTRA's discriminator as it is served: the encoder and its replaced-token-detection head.
+
+    >>> model = ElectraDiscriminator(EncoderConfig.preset("electra-tiny"))
+    >>> sorted(name for name, _ in model.named_children())
+    ['classification_heads', 'discriminator_head', 'encoder', 'token_heads']
+    """
+
+    def __init__(self, cfg: EncoderConfig, *, has_lm_head: bool = True) -> None:
+        super().__init__(cfg, has_lm_head=has_lm_head)
+        self.discriminator_head = make_discriminator_head(cfg)
 
 
-class ElectraPretrainingModel(RobertaModel):
+class ElectraPretrainingModel(ElectraDiscriminator):
     """The discriminator (this model) with a generator and a replaced-token-detection head.
 
     >>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
@@ -212,16 +187,16 @@ class ElectraPretrainingModel(RobertaModel):
 
     def __init__(self, cfg: EncoderConfig, generator_fraction: float | EncoderConfig = DEFAULT_GENERATOR_FRACTION):
         super().__init__(cfg)
-        add_generator(self, generator_fraction)
-        add_discriminator_head(self)
+        self.generator = make_generator(self, generator_fraction)
         freeze_unused_lm_head(self)
 
-    def pretraining_forward(self, src_tokens: torch.Tensor, targets: torch.Tensor, **kwargs: Any) -> "ElectraOutput":
+    def pretraining_forward(self, src_tokens: torch.Tensor, targets: torch.Tensor, **kwargs: Any) -> ElectraOutput:
         """:func:`electra_forward` on this model."""
         return electra_forward(self, src_tokens, targets, **kwargs)
 
 
 # --------------------------------------------------------------------- the forward pass
+
 
 @torch.no_grad()
 def sample_replacements(
@@ -273,8 +248,8 @@ def electra_forward(
     """One ELECTRA forward pass on a masked batch.
 
     Args:
-        model: a discriminator with ``generator`` and ``discriminator_head`` (see
-            :func:`prepare_for_pretraining`).
+        model: a discriminator with ``generator`` and ``discriminator_head``
+            (:class:`ElectraPretrainingModel`, or the plugin's pretraining ``electra_ext``).
         src_tokens: (B, T) the masked input (``<mask>`` or kept tokens at target positions).
         targets: (B, T) the original token at target positions, ``padding_idx`` elsewhere (the
             masked-LM convention of :class:`~roberta_ext.data.masking.BatchMasker`).
@@ -285,8 +260,9 @@ def electra_forward(
     pad = model.cfg.padding_idx
     masked = targets.ne(pad)  # (B, T)
     original = torch.where(masked, targets, src_tokens)  # (B, T)
-    generator_logits, _ = getattr(model, GENERATOR)(src_tokens, masked_tokens=masked,
-                                                    segment_labels=segment_labels)  # (N, V)
+    generator_logits, _ = getattr(model, GENERATOR)(
+        src_tokens, masked_tokens=masked, segment_labels=segment_labels
+    )  # (N, V)
     disallowed = sorted({pad, *(disallowed_ids or ())})
     sampled = sample_replacements(generator_logits, disallowed_ids=disallowed, generator=generator)  # (N,)
     corrupted = original.masked_scatter(masked, sampled)  # (B, T); row-major, as the LM head gathered
@@ -328,8 +304,11 @@ def electra_loss(
     real = output.original.ne(padding_idx)  # (B, T)
     num_masked, num_tokens = int(output.masked.sum()), int(real.sum())
     gen_targets = output.original[output.masked]  # (N,)
-    gen_sum = (F.cross_entropy(output.generator_logits.float(), gen_targets, reduction="sum") if num_masked
-               else output.generator_logits.float().sum() * 0.0)
+    gen_sum = (
+        F.cross_entropy(output.generator_logits.float(), gen_targets, reduction="sum")
+        if num_masked
+        else output.generator_logits.float().sum() * 0.0
+    )
     logits = output.discriminator_logits.float()[real]  # (M,)
     labels = output.labels[real]  # (M,)
     disc_sum = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="sum")
@@ -339,11 +318,21 @@ def electra_loss(
         replaced = int(labels.sum())
         replaced_correct = int((predicted & labels).sum())
         original_correct = int((~predicted & ~labels).sum())
-    return ElectraLoss(loss, gen_sum, num_masked, disc_sum, num_tokens, replaced_correct, replaced,
-                       original_correct, num_tokens - replaced)
+    return ElectraLoss(
+        loss,
+        gen_sum,
+        num_masked,
+        disc_sum,
+        num_tokens,
+        replaced_correct,
+        replaced,
+        original_correct,
+        num_tokens - replaced,
+    )
 
 
 # ----------------------------------------------------------------------------- inference
+
 
 @torch.no_grad()
 def replaced_token_probs(
@@ -358,8 +347,10 @@ def replaced_token_probs(
     """
     head = getattr(model, DISCRIMINATOR_HEAD, None)
     if head is None:
-        raise ValueError("this model has no ELECTRA discriminator head (discriminator_head): "
-                         "replaced_token_probs needs a checkpoint from ELECTRA pretraining")
+        raise ValueError(
+            "this model has no ELECTRA discriminator head (discriminator_head): "
+            "replaced_token_probs needs a checkpoint from ELECTRA pretraining"
+        )
     if tokens.dim() == 1:
         tokens = tokens.unsqueeze(0)
     param = next(model.parameters())
@@ -379,7 +370,7 @@ PRETRAINING_ONLY = (GENERATOR,)
 def discriminator_state(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``state_dict`` without the generator: what a hub loads from an ELECTRA pretraining
     checkpoint. Other checkpoints come back unchanged. Keeps ``discriminator_head.*`` (see
-    :func:`has_discriminator_head` and :func:`add_discriminator_head`).
+    :func:`has_discriminator_head` and :class:`ElectraDiscriminator`).
 
     >>> sorted(discriminator_state({"generator.x": torch.zeros(1), "encoder.y": torch.zeros(1)}))
     ['encoder.y']
@@ -387,28 +378,97 @@ def discriminator_state(state_dict: Mapping[str, torch.Tensor]) -> dict[str, tor
     return {k: v for k, v in state_dict.items() if not k.startswith(tuple(p + "." for p in PRETRAINING_ONLY))}
 
 
-def has_discriminator_head(state_dict: Mapping[str, torch.Tensor]) -> bool:
-    """Whether ``state_dict`` holds an ELECTRA discriminator head (``discriminator_head.*``)."""
-    return any(key.startswith(DISCRIMINATOR_HEAD + ".") for key in state_dict)
+def has_discriminator_head(keys: Iterable[str]) -> bool:
+    """Whether a state dict (or its keys) holds an ELECTRA discriminator head (``discriminator_head.*``)."""
+    return any(key.startswith(DISCRIMINATOR_HEAD + ".") for key in keys)
+
+
+def _serving_model(cfg: EncoderConfig, keys: Collection[str], has_lm_head: bool) -> RobertaModel:
+    """The discriminator with its head when the checkpoint has one (replaced-token detection
+    stays servable), else the plain encoder."""
+    if has_discriminator_head(keys):
+        return ElectraDiscriminator(cfg, has_lm_head=has_lm_head)
+    return RobertaModel(cfg, has_lm_head=has_lm_head)
+
+
+def _read_transformers_config(config: Mapping[str, Any], values: dict[str, Any]) -> None:
+    # Embeddings narrower than the layers are projected (ELECTRA-small); the classifier's
+    # activation is GELU (dense -> GELU -> out_proj).
+    size = config.get("embedding_size", config["hidden_size"])
+    values.update(embedding_size=size if size != config["hidden_size"] else None, pooler_activation_fn="gelu")
+
+
+def _write_transformers_config(cfg: EncoderConfig, config: dict[str, Any]) -> None:
+    config.update(embedding_size=cfg.embed_dim)
+
+
+FAMILY = Family(
+    name="electra",
+    presets={
+        "tiny": lambda: electra_config(**TINY, embedding_size=16),
+        "small": lambda: electra_config(
+            encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention_heads=4, embedding_size=128
+        ),
+        "base": electra_config,
+        "large": lambda: electra_config(**LARGE),
+    },
+    tokenizer="wordpiece",  # BERT's uncased vocabulary
+    pretraining_modules=(GENERATOR, DISCRIMINATOR_HEAD),
+    serving_model=_serving_model,
+    transformers=TransformersLayout(
+        model_type="electra",
+        class_prefix="Electra",
+        base_prefix="electra.",
+        layer_prefix="{p}encoder.layer.{i}.",
+        layer=BERT_STYLE_LAYER,
+        modules=[("{p}" + theirs, ours) for theirs, ours in BERT_STYLE_EMBEDDINGS]
+        + [("{p}embeddings_project", "encoder.sentence_encoder.embed_proj")],
+        lm_head=[],
+        lm_decoder="generator_lm_head",
+        # The discriminator's replaced-token-detection head is our discriminator_head.
+        task_heads={
+            "ForPreTraining": [
+                ("discriminator_predictions.dense", "discriminator_head.dense"),
+                ("discriminator_predictions.dense_prediction", "discriminator_head.dense_prediction"),
+            ],
+            "ForSequenceClassification": [
+                ("classifier.dense", f"classification_heads.{SEQUENCE_HEAD}.dense"),
+                ("classifier.out_proj", f"classification_heads.{SEQUENCE_HEAD}.out_proj"),
+            ],
+        },
+        factorized_embeddings=True,
+        read_config=_read_transformers_config,
+        write_config=_write_transformers_config,
+    ),
+    fairseq_model="electra_ext",
+    architecture_sizes=("small", "base", "large"),
+    # The generator's width as a fraction of the discriminator's: 1/4 for small and large, 1/3
+    # for base (256 wide, 4 heads), as in the paper.
+    architecture_defaults={
+        "small": {"generator_fraction": 0.25},
+        "base": {"generator_fraction": 1 / 3},
+        "large": {"generator_fraction": 0.25},
+    },
+)
 
 
 __all__ = [
     "DISCRIMINATOR_HEAD",
+    "ElectraDiscriminator",
     "ElectraDiscriminatorHead",
     "ElectraLoss",
     "ElectraOutput",
     "ElectraPretrainingModel",
     "GENERATOR",
-    "add_discriminator_head",
-    "add_generator",
     "discriminator_state",
     "electra_config",
     "electra_forward",
     "electra_loss",
     "freeze_unused_lm_head",
     "generator_config",
+    "make_discriminator_head",
+    "make_generator",
     "has_discriminator_head",
-    "prepare_for_pretraining",
     "replaced_token_probs",
     "sample_replacements",
 ]

@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from roberta_ext.checkpoints.fairseq import load_roberta_checkpoint, save_roberta_checkpoint
-from roberta_ext.modeling import EncoderConfig, RobertaModel, electra, spanbert
-from roberta_ext.modeling.electra import ElectraPretrainingModel
-from roberta_ext.modeling.spanbert import SpanBertPretrainingModel, span_boundaries
+from roberta_ext.families import electra, spanbert
+from roberta_ext.families.electra import ElectraPretrainingModel
+from roberta_ext.families.spanbert import SpanBertPretrainingModel, span_boundaries
+from roberta_ext.modeling import EncoderConfig, RobertaModel
 
 MASK = 63  # the tiny presets' last row, used as <mask> here
 
@@ -27,7 +28,7 @@ def masked_batch(seed: int = 0, batch: int = 4, length: int = 12, pad: int = 0) 
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(5, 60, (batch, length), generator=g)
     tokens[:, 0], tokens[:, -1] = 1, 2
-    tokens[-1, length - 3:] = pad
+    tokens[-1, length - 3 :] = pad
     tokens[-1, length - 4] = 2
     chosen = (torch.rand(batch, length, generator=g) < 0.3) & (tokens > 4)
     chosen[:, 3] = True  # every row has a target
@@ -36,13 +37,18 @@ def masked_batch(seed: int = 0, batch: int = 4, length: int = 12, pad: int = 0) 
 
 # ------------------------------------------------------------------------------- ELECTRA
 
+
 def test_generator_is_a_fraction_of_the_discriminator():
     small = electra.generator_config(EncoderConfig.preset("electra-small"))  # 1/4 by default
     assert (small.encoder_embed_dim, small.encoder_ffn_embed_dim, small.encoder_attention_heads) == (64, 256, 1)
     assert small.embed_dim == 128 and small.encoder_layers == 12
     base = electra.generator_config(EncoderConfig.preset("electra-base"), 1 / 3)  # transformers' electra-base-generator
     assert (base.encoder_embed_dim, base.encoder_ffn_embed_dim, base.encoder_attention_heads, base.embed_dim) == (
-        256, 1024, 4, 768)
+        256,
+        1024,
+        4,
+        768,
+    )
     odd = electra.generator_config(EncoderConfig.preset("electra-base"), 0.3)  # 230 wide: 4 heads do not divide it
     assert odd.encoder_embed_dim % odd.encoder_attention_heads == 0
     with pytest.raises(ValueError, match="fraction"):
@@ -100,8 +106,11 @@ class _FixedGenerator(torch.nn.Module):
         self.anchor = torch.nn.Parameter(torch.zeros(()))
 
     def forward(self, src_tokens, masked_tokens=None, segment_labels=None):
-        wanted = self.targets[masked_tokens] if self.token is None else torch.full_like(
-            self.targets[masked_tokens], self.token)
+        wanted = (
+            self.targets[masked_tokens]
+            if self.token is None
+            else torch.full_like(self.targets[masked_tokens], self.token)
+        )
         return F.one_hot(wanted, self.vocab_size).float() * 1e4 + self.anchor, {}
 
 
@@ -175,12 +184,13 @@ def test_discriminator_loads_from_a_pretraining_state_dict(tmp_path):
     served = electra.discriminator_state(state)
     assert not any(k.startswith("generator.") for k in served)
     # What a hub does with it: a plain model, plus the head because the file has one.
-    hub_model = RobertaModel(model.cfg)
-    electra.add_discriminator_head(hub_model)
+    hub_model = electra.ElectraDiscriminator(model.cfg)
     hub_model.load_state_dict(served, strict=True)
     hub_model.eval()
     tokens = torch.tensor([[1, 5, 6, 7, 2]])
-    torch.testing.assert_close(electra.replaced_token_probs(hub_model, tokens), electra.replaced_token_probs(model, tokens))
+    torch.testing.assert_close(
+        electra.replaced_token_probs(hub_model, tokens), electra.replaced_token_probs(model, tokens)
+    )
     # Without the head it is an ordinary encoder checkpoint for every loader.
     plain = RobertaModel(model.cfg)
     plain.load_state_dict({k: v for k, v in served.items() if not k.startswith("discriminator_head.")}, strict=True)
@@ -192,22 +202,28 @@ def test_discriminator_loads_from_a_pretraining_state_dict(tmp_path):
 
 # ------------------------------------------------------------------------------ SpanBERT
 
+
 def test_span_boundaries_of_runs():
-    masked = torch.tensor([
-        [0, 1, 1, 1, 0, 0, 1, 0],
-        [0, 0, 0, 0, 0, 1, 1, 1],  # a run reaching the end: right boundary clamped to the last column
-        [1, 1, 0, 0, 0, 0, 0, 0],  # from column 0 (never the case with <s>): left boundary clamped to 0
-    ], dtype=torch.bool)
+    masked = torch.tensor(
+        [
+            [0, 1, 1, 1, 0, 0, 1, 0],
+            [0, 0, 0, 0, 0, 1, 1, 1],  # a run reaching the end: right boundary clamped to the last column
+            [1, 1, 0, 0, 0, 0, 0, 0],  # from column 0 (never the case with <s>): left boundary clamped to 0
+        ],
+        dtype=torch.bool,
+    )
     left, right, offset = span_boundaries(masked)
     assert left[0].tolist() == [0, 0, 0, 0, 0, 0, 5, 0] and right[0].tolist() == [0, 4, 4, 4, 0, 0, 7, 0]
     assert offset[0].tolist() == [0, 0, 1, 2, 0, 0, 0, 0]
-    assert left[1, 5:].tolist() == [4, 4, 4] and right[1, 5:].tolist() == [7, 7, 7] and offset[1, 5:].tolist() == [0, 1, 2]
+    assert (
+        left[1, 5:].tolist() == [4, 4, 4] and right[1, 5:].tolist() == [7, 7, 7] and offset[1, 5:].tolist() == [0, 1, 2]
+    )
     assert left[2, :2].tolist() == [0, 0] and right[2, :2].tolist() == [2, 2]
     # Boundaries of runs are never masked themselves (except at the row's edges).
     inner = masked.clone()
     inner[1:] = False
-    l, r, _ = span_boundaries(inner)
-    assert not masked[0][l[0][inner[0]]].any() and not masked[0][r[0][inner[0]]].any()
+    left, right, _ = span_boundaries(inner)
+    assert not masked[0][left[0][inner[0]]].any() and not masked[0][right[0][inner[0]]].any()
     with pytest.raises(ValueError, match="bool"):
         span_boundaries(masked.long())
 
@@ -226,8 +242,13 @@ def reference_sbo(head: spanbert.SpanBoundaryHead, features: torch.Tensor, maske
                 t += 1
             e = t - 1
             for i in range(s, e + 1):
-                x = torch.cat([features[b, max(s - 1, 0)], features[b, min(e + 1, masked.size(1) - 1)],
-                               head.position_embeddings.weight[min(i - s, head.max_span_length - 1)]])
+                x = torch.cat(
+                    [
+                        features[b, max(s - 1, 0)],
+                        features[b, min(e + 1, masked.size(1) - 1)],
+                        head.position_embeddings.weight[min(i - s, head.max_span_length - 1)],
+                    ]
+                )
                 x = head.layer_norm1(F.gelu(head.dense1(x)))
                 x = head.layer_norm2(F.gelu(head.dense2(x)))
                 rows.append(x @ head.weight.T + head.bias)

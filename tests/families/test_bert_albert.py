@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from roberta_ext.checkpoints.fairseq import load_roberta_checkpoint, save_roberta_checkpoint
-from roberta_ext.modeling import EncoderConfig, RobertaModel, albert, bert
+from roberta_ext.families import albert, bert
+from roberta_ext.modeling import EncoderConfig, RobertaModel
 from roberta_ext.modeling import encoder as encoder_module
 
 
@@ -30,12 +31,15 @@ def test_albert_base_has_a_tenth_of_bert_base_parameters():
     assert unshared > 80e6 and one_layer == albert_base  # 12 shared layers cost what one costs
 
 
-@pytest.mark.parametrize("mode,shared,own", [
-    ("all", ("self_attn", "fc1", "final_layer_norm"), ()),
-    ("ffn", ("fc1", "fc2", "final_layer_norm"), ("self_attn", "self_attn_layer_norm")),
-    ("attention", ("self_attn", "self_attn_layer_norm"), ("fc1", "fc2", "final_layer_norm")),
-    ("none", (), ("self_attn", "fc1")),
-])
+@pytest.mark.parametrize(
+    "mode,shared,own",
+    [
+        ("all", ("self_attn", "fc1", "final_layer_norm"), ()),
+        ("ffn", ("fc1", "fc2", "final_layer_norm"), ("self_attn", "self_attn_layer_norm")),
+        ("attention", ("self_attn", "self_attn_layer_norm"), ("fc1", "fc2", "final_layer_norm")),
+        ("none", (), ("self_attn", "fc1")),
+    ],
+)
 def test_sharing_modes_share_exactly_their_blocks(mode, shared, own):
     model = RobertaModel(EncoderConfig.preset("albert-tiny", encoder_layers=3, share_layers=mode))
     layers = model.encoder.sentence_encoder.layers

@@ -1,0 +1,361 @@
+"""``roberta-ext prepare-tagging``: token-classification (tagging) data from CoNLL-style files.
+
+It reads ``word<TAB>label`` lines (or whitespace-separated columns: the first is the word, the
+last the label; a blank line ends a sentence; CoNLL-2003's ``-DOCSTART-`` lines are skipped and
+counted) and writes the layout of ``--task roberta_ext_token_classification`` (see
+:mod:`roberta_ext.data.tagging`): ``input0/`` (sub-word tokens) and ``label/`` (one label per
+sub-word: the word's label on its first sub-word, ``<pad>`` (:data:`IGNORE_LABEL`) on the others), binarized
+by ``fairseq-preprocess`` — or, with ``--text-only``, the text files and the commands to
+binarize them. Each word is tokenized on its own, the way the hub's ``tag()`` does it: a GPT-2
+word after the first gets its leading space, a word with no token becomes ``<unk>``.
+
+The output folder is built beside its final name and renamed into place only when everything
+succeeded (:func:`roberta_ext._io.atomic_directory`); errors name the file and line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from tqdm import tqdm
+
+from .._io import atomic_directory
+from ..data.tagging import IGNORE_LABEL
+from .commands import positive_int, run_command
+from .reading import CorpusError, InputFile
+from .tokenize import TOKENIZERS, UNK, TokenWriter, join_tokens
+
+__all__ = [
+    "IGNORE_LABEL",
+    "SPLITS",
+    "TaggedSentence",
+    "TagStats",
+    "prepare_tagging",
+    "prepare_tagging_main",
+    "read_conll",
+]
+
+FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class TaggedSentence:
+    """One sentence of a CoNLL-style file."""
+
+    words: list[str]
+    labels: list[str]
+    where: str
+    """``file:line`` of its first word."""
+
+
+def read_conll(path: str | os.PathLike[str]) -> tuple[list[TaggedSentence], int]:
+    """Sentences of a ``word<TAB>label`` file (or whitespace-separated columns: first = word,
+    last = label), blank lines between sentences; returns them and the number of
+    ``-DOCSTART-`` lines skipped.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "train.conll")
+    >>> _ = open(path, "w").write("-DOCSTART- O\\n\\nAda\\tB-PER\\nsang\\tO\\n\\nHi NN O\\n")
+    >>> sentences, skipped = read_conll(path)
+    >>> [(s.words, s.labels) for s in sentences], skipped
+    ([(['Ada', 'sang'], ['B-PER', 'O']), (['Hi'], ['O'])], 1)
+    """
+    name = str(path)
+    sentences: list[TaggedSentence] = []
+    docstarts = 0
+    words: list[str] = []
+    labels: list[str] = []
+    start = 0
+    source = InputFile(path)
+    try:
+        for line_number, raw in enumerate(source.lines(), start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise CorpusError(f"{name}:{line_number}: not valid UTF-8 ({error.reason})") from None
+            if not line.strip():
+                if words:
+                    sentences.append(TaggedSentence(words, labels, f"{name}:{start}"))
+                    words, labels = [], []
+                continue
+            fields = line.split("\t") if "\t" in line else line.split()
+            fields = [f.strip() for f in fields]
+            if fields[0] == "-DOCSTART-":
+                docstarts += 1
+                continue
+            if len(fields) < 2 or not fields[0] or not fields[-1]:
+                raise CorpusError(f"{name}:{line_number}: expected 'word<TAB>label', got {line!r}")
+            word, label = fields[0], fields[-1]
+            if len(word.split()) != 1:
+                raise CorpusError(
+                    f"{name}:{line_number}: the word {word!r} contains whitespace; the hub's tag() "
+                    "splits sentences at whitespace, so words cannot hold any"
+                )
+            if len(label.split()) != 1 or label in FAIRSEQ_SPECIALS or label.startswith("madeupword"):
+                raise CorpusError(
+                    f"{name}:{line_number}: {label!r} cannot be a label (whitespace, or a name "
+                    "fairseq's dictionaries reserve)"
+                )
+            if not words:
+                start = line_number
+            words.append(word)
+            labels.append(label)
+        if words:
+            sentences.append(TaggedSentence(words, labels, f"{name}:{start}"))
+    finally:
+        source.close()
+    return sentences, docstarts
+
+
+@dataclass
+class TagStats:
+    """What :func:`prepare_tagging` did."""
+
+    sentences: dict[str, int] = field(default_factory=dict)
+    """Sentences per split."""
+    words: int = 0
+    tokens: int = 0
+    docstarts: int = 0
+    """``-DOCSTART-`` lines skipped."""
+    words_without_tokens: int = 0
+    """Words the tokenizer gave no token for, written as one ``<unk>``."""
+    too_long: int = 0
+    """Sentences longer than ``max_positions`` with ``<s>`` and ``</s>`` (fairseq will refuse them)."""
+    first_too_long: str | None = None
+    labels: list[str] = field(default_factory=list)
+    """The labels, in the order of ``label/dict.txt`` (head output k is labels[k])."""
+    commands: list[list[str]] = field(default_factory=list)
+    """The fairseq-preprocess commands (run, or to run with ``text_only``)."""
+
+
+def _find_preprocess() -> str:
+    here = Path(sys.executable).parent / "fairseq-preprocess"
+    found = str(here) if here.is_file() else shutil.which("fairseq-preprocess")
+    if found is None:
+        raise CorpusError(
+            "fairseq-preprocess not found (is fairseq installed?); use --text-only and run the "
+            "printed commands where fairseq is"
+        )
+    return found
+
+
+def prepare_tagging(
+    writer: TokenWriter,
+    dictionary: str | os.PathLike[str],
+    splits: dict[str, str | os.PathLike[str]],
+    output_dir: str | os.PathLike[str],
+    *,
+    text_only: bool = False,
+    max_positions: int = 512,
+    workers: int = 1,
+    force: bool = False,
+    log: IO[str] | None = None,
+) -> TagStats:
+    """Write ``--task roberta_ext_token_classification`` data from CoNLL-style files.
+
+    ``splits`` maps split names (``train``, ``valid``, ``test``) to files; ``dictionary`` is the
+    pretrained model's ``dict.txt``. Writes ``output_dir/text/{split}.input0``,
+    ``{split}.label`` and ``label.dict.txt``; then (unless ``text_only``) ``output_dir/input0``
+    and ``output_dir/label`` through ``fairseq-preprocess``. The labels are ordered by their
+    count in ``train`` (then by name); labels seen only in other splits come last, with a
+    warning. Everything is built in a temporary folder that becomes ``output_dir`` at the end;
+    an existing ``output_dir`` is replaced only with ``force``.
+
+    >>> prepare_tagging(TokenWriter("wordpiece", model="vocab.txt"), "data-bin/dict.txt",
+    ...                 {"train": "train.conll", "valid": "dev.conll"}, "ner-bin")  # doctest: +SKIP
+    """
+    if "train" not in splits:
+        raise CorpusError("a train split is needed (it decides the label set)")
+    unknown = sorted(set(splits) - set(SPLITS))
+    if unknown:
+        raise CorpusError(f"unknown splits {unknown}; use {', '.join(SPLITS)}")
+    if not Path(dictionary).is_file():
+        raise FileNotFoundError(2, "dictionary (the pretrained model's dict.txt) not found", str(dictionary))
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not force and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        raise CorpusError(f"refusing to overwrite {output_dir} (use --force)")
+    preprocess = None if text_only else _find_preprocess()
+    stats = TagStats()
+    read = {}
+    for split, path in splits.items():
+        read[split], docstarts = read_conll(path)
+        stats.docstarts += docstarts
+        if not read[split]:
+            raise CorpusError(f"{path}: no sentence in the file")
+
+    counts = Counter(label for sentence in read["train"] for label in sentence.labels)
+    stats.labels = sorted(counts, key=lambda label: (-counts[label], label))
+    for split in SPLITS[1:]:
+        for sentence in read.get(split, []):
+            for label in sentence.labels:
+                if label not in counts:
+                    counts[label] = 0
+                    stats.labels.append(label)
+                    if log is not None:
+                        print(f"warning: label {label!r} ({sentence.where}) does not occur in train", file=log)
+
+    # Built in a temporary sibling folder that becomes output_dir whole, or is removed.
+    with atomic_directory(output_dir, overwrite=force) as building:
+        text = building / "text"
+        text.mkdir()
+        label_dict = text / "label.dict.txt"
+        label_dict.write_text("".join(f"{label} {counts[label]}\n" for label in stats.labels), encoding="utf-8")
+        for split, sentences in read.items():
+            with (
+                open(text / f"{split}.input0", "w", encoding="utf-8") as tokens_out,
+                open(text / f"{split}.label", "w", encoding="utf-8") as labels_out,
+            ):
+                for sentence in tqdm(
+                    sentences, desc=f"tokenize {split}", disable=log is None or not log.isatty(), file=sys.stderr
+                ):
+                    tokens: list[str] = []
+                    labels: list[str] = []
+                    for i, (word, label) in enumerate(zip(sentence.words, sentence.labels)):
+                        pieces = writer.word_tokens(word, first=i == 0)
+                        if not pieces:
+                            stats.words_without_tokens += 1
+                            pieces = [UNK]
+                        tokens.extend(pieces)
+                        labels.extend([label] + [IGNORE_LABEL] * (len(pieces) - 1))
+                    tokens_out.write(join_tokens(tokens, sentence.where) + "\n")
+                    labels_out.write(" ".join(labels) + "\n")
+                    stats.words += len(sentence.words)
+                    stats.tokens += len(tokens)
+                    if len(tokens) + 2 > max_positions:
+                        stats.too_long += 1
+                        stats.first_too_long = stats.first_too_long or sentence.where
+            stats.sentences[split] = len(sentences)
+
+        def commands(base: Path) -> list[list[str]]:
+            result = []
+            for column, srcdict in (("input0", Path(dictionary)), ("label", base / "text" / "label.dict.txt")):
+                command = [preprocess or "fairseq-preprocess", "--only-source", "--srcdict", str(srcdict)]
+                for split in (s for s in SPLITS if s in splits):
+                    command += [f"--{split}pref", str(base / "text" / f"{split}.{column}")]
+                result.append(command + ["--destdir", str(base / column), "--workers", str(workers)])
+            return result
+
+        stats.commands = commands(output_dir)
+        if preprocess is not None:
+            for command, column in zip(commands(building), ("input0", "label")):
+                result = subprocess.run(command, capture_output=True, text=True)
+                if result.returncode != 0:
+                    raise CorpusError(
+                        f"fairseq-preprocess failed for {column} ({result.returncode}):\n{result.stderr[-3000:]}"
+                    )
+                if log is not None:  # its "N sents, M tokens, X% replaced (by <unk>)" lines
+                    for line in (result.stdout + result.stderr).splitlines():
+                        if "replaced" in line and ": " in line:
+                            path, report = line.split("] ", 1)[-1].rsplit(": ", 1)
+                            print(f"{column}/{Path(path).stem}: {report}", file=log)
+                (building / column / "preprocess.log").unlink(missing_ok=True)  # it names the temporary folder
+    return stats
+
+
+def prepare_tagging_main(argv: Sequence[str] | None = None) -> int:
+    """``roberta-ext prepare-tagging``: CoNLL-style files -> ``--task roberta_ext_token_classification`` data.
+
+    >>> prepare_tagging_main(["--tokenizer", "wordpiece", "--model", "vocab.txt", "--dict", "bin/dict.txt",
+    ...                       "--train", "train.conll", "--valid", "dev.conll",
+    ...                       "--output-dir", "ner-bin"])  # doctest: +SKIP
+    0
+    """
+    prog = "roberta-ext prepare-tagging"
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Make token-classification data for fairseq-train --task roberta_ext_token_classification from files of "
+            "'word<TAB>label' lines (or whitespace-separated columns: first = word, last = label), a blank line "
+            "between sentences. Each word is tokenized on its own; its label goes on its first sub-word and "
+            "<pad> (ignored) on the others. Writes OUTPUT/input0 and OUTPUT/label (binarized by "
+            "fairseq-preprocess) and their text in OUTPUT/text."
+        ),
+        epilog=(
+            "example: roberta-ext prepare-tagging --tokenizer wordpiece --model vocab.txt --dict data-bin/dict.txt "
+            "--train train.conll --valid dev.conll --output-dir ner-bin; then fairseq-train ner-bin --user-dir "
+            "roberta_ext --task roberta_ext_token_classification --criterion roberta_ext_token_classification "
+            "--arch bert_ext_base "
+            "--restore-file pretrained.pt ..."
+        ),
+    )
+    parser.add_argument(
+        "--tokenizer",
+        required=True,
+        choices=TOKENIZERS,
+        help="gpt2 (RoBERTa: --encoder-json, --vocab-bpe), wordpiece (BERT: --model vocab.txt) or "
+        "sentencepiece (ALBERT: --model spiece.model)",
+    )
+    parser.add_argument("--model", metavar="FILE", help="vocab.txt or spiece.model")
+    parser.add_argument("--encoder-json", metavar="FILE", help="GPT-2 encoder.json")
+    parser.add_argument("--vocab-bpe", metavar="FILE", help="GPT-2 vocab.bpe")
+    parser.add_argument("--cased", action="store_true", help="keep the case (default: lowercase, as uncased models)")
+    parser.add_argument("--dict", required=True, metavar="FILE", help="the pretrained model's dict.txt")
+    for split in SPLITS:
+        parser.add_argument(f"--{split}", metavar="FILE", required=split == "train", help=f"the {split} split")
+    parser.add_argument("--output-dir", required=True, type=Path, metavar="DIR", help="folder to write")
+    parser.add_argument(
+        "--text-only", action="store_true", help="write the text files only, and print the fairseq-preprocess commands"
+    )
+    parser.add_argument(
+        "--max-positions",
+        type=positive_int,
+        default=512,
+        metavar="N",
+        help="warn about sentences longer than this, <s> and </s> included (default: 512)",
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=1, metavar="N", help="fairseq-preprocess workers (default: 1)"
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing --output-dir")
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        writer = TokenWriter(
+            args.tokenizer, model=args.model, encoder_json=args.encoder_json, vocab_bpe=args.vocab_bpe, cased=args.cased
+        )
+        splits = {split: getattr(args, split) for split in SPLITS if getattr(args, split)}
+        stats = prepare_tagging(
+            writer,
+            args.dict,
+            splits,
+            args.output_dir,
+            text_only=args.text_only,
+            max_positions=args.max_positions,
+            workers=args.workers,
+            force=args.force,
+            log=sys.stderr,
+        )
+        counts = ", ".join(f"{split} {n}" for split, n in stats.sentences.items())
+        print(
+            f"{counts} sentences; {stats.words} words -> {stats.tokens} tokens; {len(stats.labels)} labels: "
+            f"{' '.join(stats.labels[:20])}{' ...' if len(stats.labels) > 20 else ''}",
+            file=sys.stderr,
+        )
+        if stats.docstarts:
+            print(f"skipped {stats.docstarts} -DOCSTART- lines", file=sys.stderr)
+        if stats.words_without_tokens:
+            print(f"{stats.words_without_tokens} words had no token and were written as <unk>", file=sys.stderr)
+        if stats.too_long:
+            print(
+                f"warning: {stats.too_long} sentences are longer than {args.max_positions} tokens (first: "
+                f"{stats.first_too_long}); fairseq-train refuses them unless "
+                "--skip-invalid-size-inputs-valid-test",
+                file=sys.stderr,
+            )
+        if args.text_only:
+            print("now run:", file=sys.stderr)
+            for command in stats.commands:
+                print("  " + " ".join(command), file=sys.stderr)
+        return 0
+
+    return run_command(prog, body)

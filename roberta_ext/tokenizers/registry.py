@@ -1,0 +1,329 @@
+"""The one place where a tokenizer kind (a string) chooses an implementation.
+
+Three kinds exist: ``gpt2`` (byte-level BPE, RoBERTa), ``wordpiece`` (BERT, ELECTRA, SpanBERT;
+fairseq's name for it is ``bert``) and ``sentencepiece`` (ALBERT). Each :class:`TokenizerKind`
+knows how to build its tokenizer for a fairseq checkpoint (over ``dict.txt``), how to read a
+transformers directory's tokenizer files, how to write them, and which files announce it in a
+model folder. Loading code asks :func:`get_kind` and never tests a kind's name itself.
+
+>>> get_kind("bert").name, get_kind("sentencepiece").files
+('wordpiece', ('spiece.model',))
+>>> get_kind("char")
+Traceback (most recent call last):
+...
+ValueError: bpe='char' is not supported; choose one of ('gpt2', 'bert', 'wordpiece', 'sentencepiece')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .dictionary import Dictionary
+from .gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer, _read_encoder_json, _read_vocab_bpe, bytes_to_unicode
+from .pieces import PieceTokenizer
+
+Tokenizer = FairseqGPT2Tokenizer | PieceTokenizer
+"""What a hub holds: text <-> model indices (``encode``, ``decode``, ``dictionary``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerFiles:
+    """Where the user said a fairseq checkpoint's tokenizer files are (``from_pretrained``'s
+    arguments, fairseq's names); ``None`` means the model folder's usual file."""
+
+    gpt2_encoder_json: str | None = None
+    gpt2_vocab_bpe: str | None = None
+    bpe_vocab_file: str | os.PathLike[str] | None = None
+    bpe_cased: bool = False
+    sentencepiece_model: str | os.PathLike[str] | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    offline: bool | None = None
+
+
+class TokenizerKind(Protocol):
+    """One kind of tokenizer, as the loaders and exporters need it."""
+
+    name: str
+    files: tuple[str, ...]
+    """Files whose presence in a model folder says the folder uses this kind."""
+
+    def given(self, files: TokenizerFiles) -> bool:
+        """Whether the user named this kind's files explicitly."""
+        ...
+
+    def for_fairseq(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> Tokenizer:
+        """The tokenizer of a fairseq checkpoint: this kind's files over ``dict.txt``."""
+        ...
+
+    def from_transformers(
+        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+    ) -> Tokenizer:
+        """The tokenizer of a transformers directory, with its ids (``fast``: tokenizer.json's model)."""
+        ...
+
+    def save_transformers(
+        self, tokenizer: Tokenizer, directory: Path, config: dict[str, Any], *, mask_token: str
+    ) -> None:
+        """Write the tokenizer files of a transformers directory; add to ``tokenizer_config.json``'s ``config``."""
+        ...
+
+
+def _specials(dictionary: Dictionary, mask_token: str) -> dict[str, str]:
+    return {
+        "bos_token": dictionary.bos_word,
+        "eos_token": dictionary.eos_word,
+        "pad_token": dictionary.pad_word,
+        "unk_token": dictionary.unk_word,
+        "mask_token": mask_token,
+    }
+
+
+class GPT2Kind:
+    """GPT-2 byte-level BPE: ``encoder.json`` + ``vocab.bpe`` (fairseq), ``vocab.json`` +
+    ``merges.txt`` or a BPE ``tokenizer.json`` (transformers)."""
+
+    name = "gpt2"
+    files: tuple[str, ...] = ("encoder.json", "vocab.bpe")
+
+    def given(self, files: TokenizerFiles) -> bool:
+        return files.gpt2_encoder_json is not None
+
+    def for_fairseq(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> Tokenizer:
+        from ..checkpoints import store
+
+        encoder_json, vocab_bpe = files.gpt2_encoder_json, files.gpt2_vocab_bpe
+        if (encoder_json is None) != (vocab_bpe is None):
+            raise ValueError("pass both gpt2_encoder_json and gpt2_vocab_bpe, or neither")
+        if encoder_json is not None and vocab_bpe is not None:
+            paths = tuple(_local_or_download(f, files.cache_dir, files.offline) for f in (encoder_json, vocab_bpe))
+        elif all((model_dir / name).is_file() for name in self.files):
+            paths = (model_dir / "encoder.json", model_dir / "vocab.bpe")
+        else:
+            paths = store.resolve_gpt2_bpe_files(cache_dir=files.cache_dir, offline=files.offline)
+        return FairseqGPT2Tokenizer(GPT2BPE.from_files(*paths), dictionary)
+
+    def from_transformers(
+        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+    ) -> Tokenizer:
+        if (directory / "vocab.json").is_file():
+            vocab = _read_encoder_json(directory / "vocab.json")
+            merges = _read_vocab_bpe(directory / "merges.txt")
+        elif fast.get("type") == "BPE":
+            vocab = dict(fast["vocab"])
+            merges = []
+            for merge in fast["merges"]:  # "a b" (older tokenizer.json files) or ["a", "b"]
+                first, second = merge.split(" ", 1) if isinstance(merge, str) else merge
+                merges.append((first, second))
+        else:
+            raise FileNotFoundError(f"{str(directory)!r} has neither vocab.json + merges.txt nor a BPE tokenizer.json")
+        bpe = _transformers_bpe(vocab, merges)
+        # Index i is vocab.json's id i; specials keep their names so the hub finds <s>, <mask>, ...
+        names: dict[int, str] = {}
+        for token, token_id in vocab.items():  # the first token of an id names it
+            names.setdefault(token_id, token)
+        names = {i: t for i, t in names.items() if t.startswith("<") and t.endswith(">")}
+        symbols = [names.get(i, str(i)) for i in range(vocab_size)]
+        dictionary = Dictionary.from_symbols(
+            symbols, bos="<s>", pad="<pad>", eos="</s>", unk="<unk>", source=str(directory)
+        )
+        return FairseqGPT2Tokenizer(bpe, dictionary)
+
+    def save_transformers(
+        self, tokenizer: Tokenizer, directory: Path, config: dict[str, Any], *, mask_token: str
+    ) -> None:
+        assert isinstance(tokenizer, FairseqGPT2Tokenizer)
+        bpe, dictionary = tokenizer.bpe, tokenizer.dictionary
+        vocab: dict[str, int] = {}  # vocab.json in the model's index space
+        for index, symbol in enumerate(dictionary.symbols):
+            vocab.setdefault(bpe.decoder[int(symbol)] if symbol.isdigit() else symbol, index)
+        # BPE tokens the dictionary lacks are <unk> for the model (fairseq's rule); listing them
+        # with <unk>'s index keeps transformers' BPE complete and gives the same ids.
+        for token in bpe.encoder:
+            vocab.setdefault(token, dictionary.unk())
+        (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        merges = "\n".join(" ".join(pair) for pair in bpe.merges)
+        (directory / "merges.txt").write_text(f"#version: 0.2\n{merges}\n", encoding="utf-8")
+        config.update(
+            tokenizer_class="RobertaTokenizer",
+            **_specials(dictionary, mask_token),
+            sep_token=dictionary.eos_word,
+            cls_token=dictionary.bos_word,
+        )
+
+
+class WordPieceKind:
+    """BERT's WordPiece over a ``vocab.txt`` (or a WordPiece ``tokenizer.json``)."""
+
+    name = "wordpiece"
+    files: tuple[str, ...] = ("vocab.txt",)
+
+    def given(self, files: TokenizerFiles) -> bool:
+        return files.bpe_vocab_file is not None
+
+    def for_fairseq(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> Tokenizer:
+        from .wordpiece import WordPieceTokenizer
+
+        vocab = Path(files.bpe_vocab_file) if files.bpe_vocab_file is not None else model_dir / "vocab.txt"
+        return PieceTokenizer(
+            WordPieceTokenizer.from_file(vocab, do_lower_case=not files.bpe_cased), dictionary, "wordpiece"
+        )
+
+    def from_transformers(
+        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+    ) -> Tokenizer:
+        from .wordpiece import WordPieceTokenizer, read_vocab
+
+        options = {
+            "do_lower_case": tokenizer_config.get("do_lower_case", True),
+            "strip_accents": tokenizer_config.get("strip_accents"),
+            "tokenize_chinese_chars": tokenizer_config.get("tokenize_chinese_chars", True),
+        }
+        if (directory / "vocab.txt").is_file():
+            tokens = read_vocab(directory / "vocab.txt")
+        elif fast.get("type") == "WordPiece":
+            tokens = [t for t, _ in sorted(fast["vocab"].items(), key=lambda item: item[1])]
+        else:
+            raise FileNotFoundError(f"{str(directory)!r} has neither vocab.txt nor a WordPiece tokenizer.json")
+        names = {
+            k: tokenizer_config[k]
+            for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")
+            if isinstance(tokenizer_config.get(k), str)
+        }
+        return PieceTokenizer.for_vocabulary(
+            WordPieceTokenizer(tokens, **options, **names, source=str(directory)), "wordpiece"
+        )
+
+    def save_transformers(
+        self, tokenizer: Tokenizer, directory: Path, config: dict[str, Any], *, mask_token: str
+    ) -> None:
+        assert isinstance(tokenizer, PieceTokenizer)
+        dictionary = tokenizer.dictionary
+        (directory / "vocab.txt").write_text("".join(f"{s}\n" for s in dictionary.symbols), encoding="utf-8")
+        config.update(
+            tokenizer_class="BertTokenizer",
+            do_lower_case=tokenizer.pieces.do_lower_case,
+            cls_token=dictionary.bos_word,
+            sep_token=dictionary.eos_word,
+            pad_token=dictionary.pad_word,
+            unk_token=dictionary.unk_word,
+            mask_token=mask_token,
+        )
+
+
+class SentencePieceKind:
+    """ALBERT's SentencePiece model (``spiece.model``)."""
+
+    name = "sentencepiece"
+    files: tuple[str, ...] = ("spiece.model",)
+
+    def given(self, files: TokenizerFiles) -> bool:
+        return files.sentencepiece_model is not None
+
+    def for_fairseq(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> Tokenizer:
+        from .sentencepiece_tokenizer import SentencePieceTokenizer
+
+        spm = Path(files.sentencepiece_model) if files.sentencepiece_model is not None else model_dir / "spiece.model"
+        return PieceTokenizer(
+            SentencePieceTokenizer.from_file(spm, do_lower_case=not files.bpe_cased), dictionary, "sentencepiece"
+        )
+
+    def from_transformers(
+        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+    ) -> Tokenizer:
+        from .sentencepiece_tokenizer import SentencePieceTokenizer
+
+        if not (directory / "spiece.model").is_file():
+            raise FileNotFoundError(f"{str(directory)!r} has no spiece.model (ALBERT's SentencePiece model)")
+        pieces = SentencePieceTokenizer.from_file(
+            directory / "spiece.model",
+            do_lower_case=tokenizer_config.get("do_lower_case", True),
+            keep_accents=tokenizer_config.get("keep_accents", False),
+        )
+        return PieceTokenizer.for_vocabulary(pieces, "sentencepiece")
+
+    def save_transformers(
+        self, tokenizer: Tokenizer, directory: Path, config: dict[str, Any], *, mask_token: str
+    ) -> None:
+        from .sentencepiece_tokenizer import SentencePieceTokenizer
+
+        assert isinstance(tokenizer, PieceTokenizer)
+        if not tokenizer.is_identity:
+            raise ValueError("only SentencePiece models whose ids are the model's indices can be exported")
+        pieces = tokenizer.pieces
+        assert isinstance(pieces, SentencePieceTokenizer)
+        (directory / "spiece.model").write_bytes(pieces.model_proto)
+        config.update(
+            tokenizer_class="AlbertTokenizer", do_lower_case=pieces.do_lower_case, keep_accents=pieces.keep_accents
+        )
+
+
+KINDS: dict[str, TokenizerKind] = {kind.name: kind for kind in (GPT2Kind(), WordPieceKind(), SentencePieceKind())}
+ALIASES = {"bert": "wordpiece"}  # fairseq's --bpe name for WordPiece
+BPE_CHOICES = ("gpt2", "bert", "wordpiece", "sentencepiece")
+"""The ``bpe=`` values ``from_pretrained`` accepts (fairseq's names, and ours)."""
+
+
+def get_kind(name: str) -> TokenizerKind:
+    """The kind called ``name`` (or fairseq's alias for it)."""
+    if name not in BPE_CHOICES:
+        raise ValueError(f"bpe={name!r} is not supported; choose one of {BPE_CHOICES}")
+    return KINDS[ALIASES.get(name, name)]
+
+
+def kind_of(tokenizer: Tokenizer) -> TokenizerKind:
+    """The kind of a tokenizer a hub holds."""
+    return KINDS["gpt2"] if isinstance(tokenizer, FairseqGPT2Tokenizer) else KINDS[tokenizer.kind]
+
+
+def kind_for_folder(model_dir: Path, files: TokenizerFiles, default: str) -> TokenizerKind:
+    """The kind the user's arguments name, else the one whose files the folder holds (GPT-2
+    BPE, then ``vocab.txt``, then ``spiece.model``), else ``default`` (the family's usual one)."""
+    for kind in KINDS.values():
+        if kind.given(files):
+            return kind
+    for kind in KINDS.values():
+        if all((model_dir / name).is_file() for name in kind.files):
+            return kind
+    return get_kind(default)
+
+
+def _transformers_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> GPT2BPE:
+    """GPT-2 BPE over transformers' ``vocab.json`` (token -> model index) and merges.
+
+    A vocabulary exported from a fairseq model lacks the BPE tokens its ``dict.txt`` lacked;
+    transformers' tokenizer turns those into ``<unk>``, and so do we: they enter the encoder
+    with ids past the model's vocabulary, which the dictionary does not know and maps to
+    ``<unk>`` (fairseq's behaviour for symbols missing from ``dict.txt``).
+    """
+    encoder: dict[str, int] = {}
+    owned: set[int] = set()
+    for token, token_id in vocab.items():  # later tokens sharing an id (exported <unk> fillers) are dropped
+        if token_id not in owned:
+            encoder[token] = token_id
+            owned.add(token_id)
+    next_id = max(encoder.values(), default=-1) + 1
+    for token in [*bytes_to_unicode().values(), *(t for a, b in merges for t in (a, b, a + b))]:
+        if token not in encoder:
+            encoder[token] = next_id
+            next_id += 1
+    return GPT2BPE(encoder, merges)
+
+
+def _local_or_download(path_or_url: str | os.PathLike[str], cache_dir: Any, offline: bool | None) -> Path:
+    """A local file as it is; an http(s) URL fetched once into the cache (as fairseq's cached_path)."""
+    from ..checkpoints import store
+
+    text = os.fspath(path_or_url)
+    if text.startswith(("http://", "https://")):
+        return store.resolve_file(text, cache_dir=cache_dir, offline=offline)
+    if not os.path.isfile(text):
+        raise FileNotFoundError(f"BPE file {text!r} does not exist")
+    return Path(text)
+
+
+__all__ = ["BPE_CHOICES", "KINDS", "TokenizerFiles", "TokenizerKind", "get_kind", "kind_for_folder", "kind_of"]

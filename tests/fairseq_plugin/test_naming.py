@@ -1,0 +1,98 @@
+"""Every name the plugin registers with fairseq follows the one rule of
+``roberta_ext.fairseq_plugin.naming``: ``<family>_ext`` or ``<family>_ext_<what>``, so that it can
+never collide with fairseq's names or another plugin's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.peers import require
+
+require("fairseq", "the names live in fairseq's registries")
+
+import roberta_ext.fairseq_plugin  # noqa: F401  (registers)
+from roberta_ext.fairseq_plugin import naming
+from roberta_ext.fairseq_plugin.naming import follows_naming_rule, registered_names
+from tests.conftest import REPO
+
+# What a fresh process adds to fairseq's registries when it imports the plugin.
+SNAPSHOT = """
+import json
+from fairseq.criterions import CRITERION_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
+registries = {"task": TASK_REGISTRY, "criterion": CRITERION_REGISTRY, "model": MODEL_REGISTRY,
+              "architecture": ARCH_MODEL_REGISTRY}
+before = {kind: set(registry) for kind, registry in registries.items()}
+import roberta_ext.fairseq_plugin
+print(json.dumps({kind: sorted(set(registry) - before[kind]) for kind, registry in registries.items()}))
+"""
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "roberta_ext",
+        "roberta_ext_mlm",
+        "roberta_ext_sentence_pair_mlm",
+        "bert_ext_base",
+        "albert_ext_large",
+        "electra_ext",
+        "electra_ext_small",
+        "spanbert_ext_base",
+        "roberta_ext_2",
+    ],
+)
+def test_the_rule_accepts(name):
+    assert follows_naming_rule(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "electra",
+        "spanbert",
+        "sentence_pair_mlm",
+        "token_classification",
+        "extractive_qa",
+        "roberta",
+        "masked_lm",
+        "xlmr_ext",
+        "roberta_ext_",
+        "roberta_extra",
+        "Roberta_ext",
+        "roberta_ext-mlm",
+        "roberta_ext_mlm\n",
+    ],
+)
+def test_the_rule_refuses(name):
+    assert not follows_naming_rule(name)
+
+
+def test_every_registered_name_follows_the_rule():
+    names = registered_names()
+    broken = {kind: [n for n in found if not follows_naming_rule(n)] for kind, found in names.items()}
+    assert not any(broken.values()), f"names against {naming.name_rule().pattern}: {broken}"
+    # The test sees the plugin's registrations: every kind, and the tasks renamed to the rule.
+    assert {
+        "roberta_ext_electra",
+        "roberta_ext_spanbert",
+        "roberta_ext_sentence_pair_mlm",
+        "roberta_ext_token_classification",
+        "roberta_ext_extractive_qa",
+    } <= set(names["task"]) & set(names["criterion"])
+    assert {"roberta_ext", "electra_ext", "spanbert_ext"} <= set(names["model"])
+    assert {"roberta_ext_base", "bert_ext_base", "albert_ext_base", "electra_ext_small", "spanbert_ext_base"} <= set(
+        names["architecture"]
+    )
+
+
+def test_the_plugin_adds_exactly_those_names_to_a_fresh_process():
+    result = subprocess.run([sys.executable, "-c", SNAPSHOT], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    added = json.loads(result.stdout.strip().splitlines()[-1])
+    assert added == registered_names()
