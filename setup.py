@@ -10,6 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["roberta_ext", "roberta_ext.*"]),
+    package_data={"roberta_ext": ["config/*/*.yaml"]},  # the hydra configs of fairseq-hydra-train
     install_requires=["torch>=2.5", "numpy", "regex", "requests", "tqdm", "safetensors", "sentencepiece"],
     extras_require={
         # fairseq-fixed is fairseq 0.12 made to install on Python >= 3.11; see README.

@@ -250,6 +250,7 @@ PROMISES: dict[str, list[tuple[str, str]]] = {
         ),
         ("checkpoints/checkpoint_best.pt", ""),
         ("checkpoints/checkpoint_last.pt", ""),
+        ("checkpoints-hydra/checkpoint_last.pt", ""),
         ("train.rank0.log", "distributed init (rank 0)"),
         ("train.rank1.log", "distributed init (rank 1)"),
         ("train.rank0.log", "done training"),

@@ -29,5 +29,7 @@ def run(tool: str, *args: str, cwd: Path | None = None, omp_threads: int | None 
 
 
 def log_records(log: str, kind: str = "train_inner") -> list[dict]:
-    """fairseq's JSON log records of one kind (``train_inner``, ``valid``), in order."""
-    return [json.loads(line[line.index("{") :]) for line in log.splitlines() if f"| {kind} |" in line]
+    """fairseq's JSON log records of one kind (``train_inner``, ``valid``), in order, from
+    ``fairseq-train``'s log lines (``| valid |``) or ``fairseq-hydra-train``'s (``[valid][INFO]``)."""
+    marks = (f"| {kind} |", f"[{kind}][")
+    return [json.loads(line[line.index("{") :]) for line in log.splitlines() if any(m in line for m in marks)]
