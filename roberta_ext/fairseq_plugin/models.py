@@ -40,17 +40,24 @@ def _plugin_fields() -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(EncoderConfig) if f.metadata["plugin"]]
 
 
+FROM_THE_TASK = "max_positions"
+"""The one option whose default is not the preset's, as in fairseq's ``roberta``: left unset, the
+model takes ``--tokens-per-sample`` (pretraining), else the task's own ``max_positions()``, so a
+model pretrained with ``--tokens-per-sample 128`` has 128 positions and fine-tunes at
+``--max-positions 128``."""
+
+
 def _option_field(config_field: dataclasses.Field) -> tuple[str, Any, Any]:
     """``(fairseq name, type, field)`` of one :class:`EncoderConfig` option for a fairseq dataclass."""
     choices = config_field.metadata["choices"]
     if config_field.name == "family":
         choices = tuple(family.name for family in families())
     kind = ChoiceEnum(list(choices)) if choices else _TYPES[str(config_field.type)]
-    return (
-        FAIRSEQ_NAMES[config_field.name],
-        kind,
-        field(default=config_field.default, metadata={"help": config_field.metadata["help"]}),
-    )
+    help, default = config_field.metadata["help"], config_field.default
+    if config_field.name == FROM_THE_TASK:
+        kind, default = Optional[int], None
+        help += "; default: --tokens-per-sample, else the task's maximum"
+    return FAIRSEQ_NAMES[config_field.name], kind, field(default=default, metadata={"help": help})
 
 
 RobertaExtConfig = dataclasses.make_dataclass(
@@ -77,6 +84,10 @@ def config_from_args(args: Any, task: Any) -> EncoderConfig:
     padding index come from the task's dictionary."""
     values = {f.name: safe_getattr(args, FAIRSEQ_NAMES[f.name], f.default) for f in _plugin_fields()}
     values = {name: str(value) if isinstance(value, str) else value for name, value in values.items()}
+    if safe_getattr(args, FROM_THE_TASK, None) is None:  # fairseq's roberta: from the task's blocks
+        task_positions = task.max_positions() if hasattr(task, "max_positions") else None
+        from_task = safe_getattr(args, "tokens_per_sample", None) or task_positions
+        values[FROM_THE_TASK] = from_task if isinstance(from_task, int) else EncoderConfig.max_positions
     return EncoderConfig(vocab_size=len(task.source_dictionary), padding_idx=task.source_dictionary.pad(), **values)
 
 
@@ -205,7 +216,7 @@ def architecture(family: Family, size: str) -> Callable[[Any], None]:
     """The architecture function of ``family``'s preset ``size``: every model option the command
     line left unset takes the preset's value (and the family's plugin-only defaults for it)."""
     preset = family.preset(size)
-    defaults = {FAIRSEQ_NAMES[f.name]: getattr(preset, f.name) for f in _plugin_fields()}
+    defaults = {FAIRSEQ_NAMES[f.name]: getattr(preset, f.name) for f in _plugin_fields() if f.name != FROM_THE_TASK}
     defaults.update(family.architecture_defaults.get(size, {}))
 
     def set_defaults(args: Any) -> None:

@@ -65,7 +65,8 @@ def test_plugin_options_are_encoder_config_fields():
     (under fairseq's names, with their defaults) plus --load-checkpoint-heads."""
     plugin = {f.name: f.default for f in dataclasses.fields(RobertaExtConfig) if f.name != "_name"}
     ours = {FAIRSEQ_NAMES[f.name]: f.default for f in dataclasses.fields(EncoderConfig) if f.metadata["plugin"]}
-    assert plugin == {**ours, "load_checkpoint_heads": False}
+    # max_positions alone defaults to "from the task", as in fairseq's roberta.
+    assert plugin == {**ours, "max_positions": None, "load_checkpoint_heads": False}
     assert "untie_weights_roberta" in plugin and "vocab_size" not in plugin
 
 
@@ -74,3 +75,31 @@ def test_every_family_has_architectures_and_each_size_a_preset():
         assert family.architectures(), family.name
         for size in family.architecture_sizes:
             assert size in family.presets
+
+
+def parse_for(task: str, *argv: str) -> object:
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(
+        parser, ["data-bin", "--user-dir", str(REPO / "roberta_ext"), "--task", task, *argv]
+    )
+
+
+@pytest.mark.parametrize("arch", ["roberta_ext_base", "bert_ext_base", "electra_ext_small"])
+def test_max_positions_defaults_to_tokens_per_sample_as_in_fairseq(arch):
+    """fairseq's roberta: without --max-positions the model takes --tokens-per-sample, so a model
+    pretrained with --tokens-per-sample 128 has 128 positions (the plugin used to build 512)..."""
+    task = SimpleNamespace(source_dictionary=FakeDictionary(100, 1), max_positions=lambda: 128)
+    args = parse_for("roberta_ext_mlm", "--arch", arch, "--tokens-per-sample", "128")
+    assert config_from_args(args, task).max_positions == 128
+    args = parse_for("roberta_ext_mlm", "--arch", arch, "--tokens-per-sample", "128", "--max-positions", "256")
+    assert config_from_args(args, task).max_positions == 256  # given: as given
+
+
+def test_fine_tuning_takes_the_tasks_max_positions():
+    """...and fine-tuning it with --max-positions 128 builds the same 128 positions, so
+    --restore-file of that checkpoint loads."""
+    task = SimpleNamespace(source_dictionary=FakeDictionary(100, 1), max_positions=lambda: 128)
+    args = parse_for(
+        "roberta_ext_classification", "--arch", "roberta_ext_base", "--max-positions", "128", "--num-classes", "2"
+    )
+    assert config_from_args(args, task).max_positions == 128

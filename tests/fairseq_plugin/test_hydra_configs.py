@@ -213,3 +213,83 @@ def test_glue_fine_tuning_from_the_pretrained_checkpoint(folder: Path, pretraine
     valid = log_records(log, "valid")
     assert valid and "valid_accuracy" in valid[-1]
     assert (folder / "checkpoints-rte" / "checkpoint_best.pt").is_file()
+
+
+def test_pretrained_at_tokens_per_sample_fine_tunes_at_that_max_positions(folder: Path):
+    """fairseq's roberta takes max_positions from --tokens-per-sample: pretrain with 32, then
+    fine-tune with --max-positions 32 and --restore-file, as fairseq's roberta_base does."""
+    small = [
+        "--encoder-layers",
+        "2",
+        "--encoder-embed-dim",
+        "32",
+        "--encoder-ffn-embed-dim",
+        "64",
+        "--encoder-attention-heads",
+        "4",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-4",
+        "--batch-size",
+        "8",
+    ]
+    run(
+        "fairseq-train",
+        "data-bin",
+        "--user-dir",
+        USER_DIR,
+        "--task",
+        "roberta_ext_mlm",
+        "--criterion",
+        "roberta_ext_mlm",
+        "--arch",
+        "roberta_ext_base",
+        "--tokens-per-sample",
+        "32",
+        "--max-update",
+        "2",
+        "--save-dir",
+        "checkpoints-32",
+        *small,
+        cwd=folder,
+    )
+    log = run(
+        "fairseq-train",
+        "cls-bin",
+        "--user-dir",
+        USER_DIR,
+        "--task",
+        "roberta_ext_classification",
+        "--criterion",
+        "roberta_ext_classification",
+        "--arch",
+        "roberta_ext_base",
+        "--max-positions",
+        "32",
+        "--num-classes",
+        "2",
+        "--init-token",
+        "0",
+        "--separator-token",
+        "2",
+        "--max-update",
+        "2",
+        "--restore-file",
+        "checkpoints-32/checkpoint_last.pt",
+        "--reset-optimizer",
+        "--reset-dataloader",
+        "--reset-meters",
+        "--save-dir",
+        "checkpoints-32-cls",
+        *small,
+        cwd=folder,
+    )
+    assert "Loaded checkpoint checkpoints-32/checkpoint_last.pt" in log
