@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,46 @@ def test_pretrained_at_tokens_per_sample_fine_tunes_at_that_max_positions(folder
         cwd=folder,
     )
     assert "Loaded checkpoint checkpoints-32/checkpoint_last.pt" in log
+
+
+def test_colon_separated_shards_one_per_epoch(folder: Path):
+    """fairseq's sharded corpora (fairseq#2452): task.data=shard0:shard1 reads one shard per
+    epoch, in turn, and drops the previous epoch's."""
+    for n, part in enumerate((slice(0, 500), slice(500, 1000))):
+        lines = (folder / "train.txt").read_text(encoding="utf-8").splitlines()[part]
+        write_lines(folder / f"shard{n}.txt", lines)
+        run(
+            "fairseq-preprocess",
+            "--only-source",
+            "--srcdict",
+            str(folder / "data-bin" / "dict.txt"),
+            "--trainpref",
+            str(folder / f"shard{n}.txt"),
+            "--validpref",
+            str(folder / "valid.txt"),
+            "--destdir",
+            str(folder / f"shard{n}"),
+            "--workers",
+            "1",
+        )
+    log = run(
+        "fairseq-hydra-train",
+        "--config-dir",
+        str(OURS / "pretraining"),
+        "--config-name",
+        "base",
+        "task.data=shard0:shard1",
+        f"common.user_dir={USER_DIR}",
+        "checkpoint.save_dir=checkpoints-shards",
+        "task.tokens_per_sample=32",
+        "dataset.batch_size=64",
+        "optimization.max_update=100",
+        "optimization.max_epoch=3",
+        "optimization.update_freq=[1]",
+        *SMALL,
+        *ON_CPU,
+        cwd=folder,
+    )
+    loaded = re.findall(r"loaded \d+ blocks from: (shard\d)/train", log)
+    # Epochs 1, 2, 3 and the iterator fairseq prepares for epoch 4 before it checks max_epoch.
+    assert loaded == ["shard0", "shard1", "shard0", "shard1"], loaded
