@@ -208,6 +208,11 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
                 )
                 for key in [k for k in state_dict if k.startswith(f"{heads_prefix}{head}.")]:
                     del state_dict[key]
+            else:  # fairseq's behaviour too: a head of the same name and shape continues from the file
+                logger.info(f"loading head {head!r} of the checkpoint into the model's head of that name")
+        for name in heads:
+            if name not in found:
+                logger.info(f"head {name!r} is new: not in the checkpoint, it starts from random weights")
         for key, value in heads.state_dict().items():
             state_dict.setdefault(heads_prefix + key, value)
 

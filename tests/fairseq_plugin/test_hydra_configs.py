@@ -337,3 +337,56 @@ def test_colon_separated_shards_one_per_epoch(folder: Path):
     loaded = re.findall(r"loaded \d+ blocks from: (shard\d)/train", log)
     # Epochs 1, 2, 3 and the iterator fairseq prepares for epoch 4 before it checks max_epoch.
     assert loaded == ["shard0", "shard1", "shard0", "shard1"], loaded
+
+
+def test_fine_tuning_a_fine_tuned_checkpoint_says_which_heads_it_keeps(folder: Path, pretrained: str):
+    """A head of the file with the task's head name and shape continues from the file (fairseq
+    reuses roberta.large.mnli's 'mnli' head so); another name starts fresh and the file's is
+    dropped. The log says which."""
+    common = [
+        "task.data=cls-bin",
+        f"common.user_dir={USER_DIR}",
+        "task.max_positions=32",
+        "optimization.max_update=1",
+        "optimization.max_epoch=1",
+        "dataset.max_tokens=1000",
+        *(f"++{option}" for option in SMALL),
+        *ON_CPU,
+    ]
+    first = run(
+        "fairseq-hydra-train",
+        "--config-dir",
+        str(OURS / "finetuning"),
+        "--config-name",
+        "rte",
+        "checkpoint.restore_file=checkpoints/checkpoint_last.pt",
+        "checkpoint.save_dir=checkpoints-heads",
+        *common,
+        cwd=folder,
+    )
+    assert "head 'sentence_classification_head' is new" in first
+    again = run(
+        "fairseq-hydra-train",
+        "--config-dir",
+        str(OURS / "finetuning"),
+        "--config-name",
+        "rte",
+        "checkpoint.restore_file=checkpoints-heads/checkpoint_last.pt",
+        "checkpoint.save_dir=checkpoints-heads2",
+        *common,
+        cwd=folder,
+    )
+    assert "loading head 'sentence_classification_head' of the checkpoint" in again
+    other = run(
+        "fairseq-hydra-train",
+        "--config-dir",
+        str(OURS / "finetuning"),
+        "--config-name",
+        "rte",
+        "checkpoint.restore_file=checkpoints-heads/checkpoint_last.pt",
+        "checkpoint.save_dir=checkpoints-heads3",
+        "++criterion.classification_head_name=other",
+        *common,
+        cwd=folder,
+    )
+    assert "dropping head 'sentence_classification_head'" in other and "head 'other' is new" in other
