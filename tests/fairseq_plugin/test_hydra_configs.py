@@ -20,7 +20,7 @@ omegaconf = require("omegaconf", "fairseq's configs are omegaconf YAML")
 from roberta_ext.families import get_family
 from roberta_ext.modeling import EncoderConfig
 from roberta_ext.modeling.config import FAIRSEQ_NAMES
-from tests.fairseq_plugin.tools import USER_DIR, log_records, run
+from tests.fairseq_plugin.tools import USER_DIR, log_records, preprocess, run
 
 OURS = Path(USER_DIR) / "config"
 FAIRSEQ = Path(fairseq.__file__).parent / "examples" / "roberta" / "config"
@@ -95,46 +95,11 @@ def folder(tmp_path_factory) -> Path:
     sentences = [" ".join(rng.choices(WORDS, k=rng.randint(4, 20))) for _ in range(1200)]
     write_lines(root / "train.txt", sentences[:1000])
     write_lines(root / "valid.txt", sentences[1000:])
-    run(
-        "fairseq-preprocess",
-        "--only-source",
-        "--trainpref",
-        str(root / "train.txt"),
-        "--validpref",
-        str(root / "valid.txt"),
-        "--destdir",
-        str(root / "data-bin"),
-        "--workers",
-        "1",
-    )
+    dictionary = preprocess(root / "data-bin", root / "train.txt", root / "valid.txt") / "dict.txt"
     for split, rows in (("train", sentences[:1000]), ("valid", sentences[1000:])):
         write_lines(root / f"{split}.label", ["yes" if "w0" in s.split() else "no" for s in rows])
-    run(
-        "fairseq-preprocess",
-        "--only-source",
-        "--trainpref",
-        str(root / "train.txt"),
-        "--validpref",
-        str(root / "valid.txt"),
-        "--destdir",
-        str(root / "cls-bin" / "input0"),
-        "--srcdict",
-        str(root / "data-bin" / "dict.txt"),
-        "--workers",
-        "1",
-    )
-    run(
-        "fairseq-preprocess",
-        "--only-source",
-        "--trainpref",
-        str(root / "train.label"),
-        "--validpref",
-        str(root / "valid.label"),
-        "--destdir",
-        str(root / "cls-bin" / "label"),
-        "--workers",
-        "1",
-    )
+    preprocess(root / "cls-bin" / "input0", root / "train.txt", root / "valid.txt", srcdict=dictionary)
+    preprocess(root / "cls-bin" / "label", root / "train.label", root / "valid.label")
     return root
 
 
@@ -219,29 +184,10 @@ def test_glue_fine_tuning_from_the_pretrained_checkpoint(folder: Path, pretraine
 def test_pretrained_at_tokens_per_sample_fine_tunes_at_that_max_positions(folder: Path):
     """fairseq's roberta takes max_positions from --tokens-per-sample: pretrain with 32, then
     fine-tune with --max-positions 32 and --restore-file, as fairseq's roberta_base does."""
-    small = [
-        "--encoder-layers",
-        "2",
-        "--encoder-embed-dim",
-        "32",
-        "--encoder-ffn-embed-dim",
-        "64",
-        "--encoder-attention-heads",
-        "4",
-        "--cpu",
-        "--num-workers",
-        "0",
-        "--log-format",
-        "json",
-        "--log-interval",
-        "1",
-        "--optimizer",
-        "adam",
-        "--lr",
-        "1e-4",
-        "--batch-size",
-        "8",
-    ]
+    small = (
+        "--encoder-layers 2 --encoder-embed-dim 32 --encoder-ffn-embed-dim 64 --encoder-attention-heads 4 --cpu "
+        "--num-workers 0 --log-format json --log-interval 1 --optimizer adam --lr 1e-4 --batch-size 8"
+    ).split()
     run(
         "fairseq-train",
         "data-bin",
@@ -302,19 +248,11 @@ def test_colon_separated_shards_one_per_epoch(folder: Path):
     for n, part in enumerate((slice(0, 500), slice(500, 1000))):
         lines = (folder / "train.txt").read_text(encoding="utf-8").splitlines()[part]
         write_lines(folder / f"shard{n}.txt", lines)
-        run(
-            "fairseq-preprocess",
-            "--only-source",
-            "--srcdict",
-            str(folder / "data-bin" / "dict.txt"),
-            "--trainpref",
-            str(folder / f"shard{n}.txt"),
-            "--validpref",
-            str(folder / "valid.txt"),
-            "--destdir",
-            str(folder / f"shard{n}"),
-            "--workers",
-            "1",
+        preprocess(
+            folder / f"shard{n}",
+            folder / f"shard{n}.txt",
+            folder / "valid.txt",
+            srcdict=folder / "data-bin" / "dict.txt",
         )
     log = run(
         "fairseq-hydra-train",

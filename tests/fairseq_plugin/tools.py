@@ -28,6 +28,14 @@ def run(tool: str, *args: str, cwd: Path | None = None, omp_threads: int | None 
     return output
 
 
+def preprocess(destdir: Path, trainpref: Path, validpref: Path, *, srcdict: Path | None = None) -> Path:
+    """``fairseq-preprocess --only-source`` of one column (a dictionary of its own unless
+    ``srcdict``); returns ``destdir``."""
+    args = ["--only-source", "--trainpref", str(trainpref), "--validpref", str(validpref), "--destdir", str(destdir)]
+    run("fairseq-preprocess", *args, *(["--srcdict", str(srcdict)] if srcdict else []), "--workers", "1")
+    return destdir
+
+
 def log_records(log: str, kind: str = "train_inner") -> list[dict]:
     """fairseq's JSON log records of one kind (``train_inner``, ``valid``), in order, from
     ``fairseq-train``'s log lines (``| valid |``) or ``fairseq-hydra-train``'s (``[valid][INFO]``)."""
