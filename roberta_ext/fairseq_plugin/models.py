@@ -163,6 +163,22 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
                 logger.warning(f"re-registering head {name!r} with num_classes {num_classes} (was {head.num_classes})")
         return super().register_classification_head(name, num_classes=num_classes, inner_dim=inner_dim)
 
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's loading (layouts upgraded, heads reconciled), with a message that says which
+        tensors do not fit when a checkpoint was made with other sizes than these options (fairseq
+        itself only says "please ensure that the architectures match")."""
+        try:
+            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        except RuntimeError as error:
+            problems = describe_mismatch(self.state_dict(), state_dict)
+            if not problems:
+                raise
+            raise ValueError(
+                f"the checkpoint does not fit the model these options build ({problems}); "
+                f"the model has {_shape_summary(self.state_dict())}, the checkpoint {_shape_summary(state_dict)}: "
+                "check --arch and the size options (--encoder-layers, --encoder-embed-dim, --max-positions, ...)"
+            ) from error
+
     def upgrade_state_dict_named(self, state_dict: dict[str, torch.Tensor], name: str) -> None:
         """Accept every layout the hub accepts, and reconcile classification heads as fairseq's
         RoBERTa does: heads in the file but not in the model are registered (with
@@ -243,3 +259,40 @@ def register_architectures() -> dict[str, tuple[str, Callable[[Any], None]]]:
             register_model_architecture(family.fairseq_model, name)(function)
             registered[name] = (family.fairseq_model, function)
     return registered
+
+
+def describe_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor], limit: int = 4) -> str:
+    """What keeps ``found`` (a checkpoint's upgraded state) from loading into a model whose state
+    is ``expected``: each tensor of another shape with both shapes, then missing and extra names.
+
+    >>> describe_mismatch({"w": torch.zeros(2, 3), "b": torch.zeros(2)}, {"w": torch.zeros(4, 3), "x": torch.zeros(1)})
+    'w: (4, 3) in the checkpoint, (2, 3) in the model; not in the checkpoint: b; not in the model: x'
+    """
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+    shapes = [
+        f"{key}: {tuple(found[key].shape)} in the checkpoint, {tuple(tensor.shape)} in the model"
+        for key, tensor in expected.items()
+        if key in found and found[key].shape != tensor.shape
+    ]
+    parts = shapes[:limit] + ([f"{len(shapes) - limit} more of other shapes"] if len(shapes) > limit else [])
+    missing = [key for key in expected if key not in found]
+    extra = [key for key in found if key not in expected]
+    if missing:
+        parts.append(f"not in the checkpoint: {listed(missing)}")
+    if extra:
+        parts.append(f"not in the model: {listed(extra)}")
+    return "; ".join(parts)
+
+
+def _shape_summary(state: dict[str, torch.Tensor]) -> str:
+    """Layers, width and positions read off a state dict in our key names."""
+    layers = {key.split(".")[3] for key in state if key.startswith("encoder.sentence_encoder.layers.")}
+    embed = state.get("encoder.sentence_encoder.embed_tokens.weight")
+    positions = state.get("encoder.sentence_encoder.embed_positions.weight")
+    width = "?" if embed is None else str(embed.shape[1])
+    vocab = "?" if embed is None else str(embed.shape[0])
+    rows = "?" if positions is None else str(positions.shape[0])
+    return f"{len(layers)} layers, width {width}, {vocab} tokens, {rows} position rows"

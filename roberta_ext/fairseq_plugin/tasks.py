@@ -271,3 +271,23 @@ class RobertaExtClassificationTask(SentencePredictionTask):
     def __init__(self, cfg: Any, data_dictionary: Dictionary, label_dictionary: Dictionary) -> None:
         super().__init__(cfg, data_dictionary, label_dictionary)
         self.mask_idx = data_dictionary.index("<mask>")
+
+    @classmethod
+    def setup_task(cls, cfg: Any, **kwargs: Any) -> "RobertaExtClassificationTask":
+        check_classification_folder(cfg.data, regression=cfg.regression_target)
+        return super().setup_task(cfg, **kwargs)
+
+
+def check_classification_folder(data: str, *, regression: bool) -> None:
+    """Say what is missing from a ``sentence_prediction`` data folder before fairseq's bare
+    ``FileNotFoundError`` would (its dictionaries are read first, the splits later)."""
+    needed = [("input0", "the binarized (first) sentences")]
+    if not regression:
+        needed.append(("label", "the binarized labels (for regression, pass --regression-target)"))
+    for folder, what in needed:
+        dict_txt = os.path.join(data, folder, "dict.txt")
+        if not os.path.isfile(dict_txt):
+            raise FileNotFoundError(
+                f"{dict_txt} does not exist: the data folder {data!r} needs {folder}/ with {what}, written by "
+                "fairseq-preprocess --only-source (or roberta-ext glue-preprocess); see docs/fine-tuning.md"
+            )
