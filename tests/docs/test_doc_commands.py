@@ -113,6 +113,15 @@ STAND_INS = (
         append=FINETUNE_SMALL,
         prepare="cp -r cls-bin RTE-bin\nmkdir -p roberta.base\ncp checkpoints/checkpoint_best.pt roberta.base/model.pt",
     ),
+    # fairseq's IMDB recipe (RoBERTa large), from the pretraining page's small model in place of
+    # roberta.large, which the page's later blocks find in checkpoints/ as the recipe leaves it.
+    StandIn(
+        "custom-classification.md",
+        "--classification-head-name $HEAD_NAME",
+        drop=("--fp16",),
+        append=FINETUNE_SMALL,
+        prepare="mkdir -p roberta.large\nmv checkpoints/checkpoint_best.pt roberta.large/model.pt",
+    ),
     # BERT and ALBERT pretraining: token classification restores checkpoints/bert.
     StandIn("bert-albert.md", "--save-dir checkpoints/bert", drop=("--fp16",), append=PRETRAIN_SMALL),
     StandIn("bert-albert.md", "--save-dir checkpoints/albert", drop=("--fp16",), append=PRETRAIN_SMALL),
@@ -225,7 +234,20 @@ def qa_data(folder: Path) -> None:
     (qa / "valid.json").write_text(json.dumps(make_qa_records(random.Random(1), 50)), encoding="utf-8")
 
 
+def imdb_data(folder: Path) -> None:
+    """docs/custom-classification.md: ``aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt``, one
+    review per file as in IMDB; a review is positive when it mentions returning something."""
+    lines = sentences(1200)
+    for split, rows in (("train", lines[:1000]), ("test", lines[1000:])):
+        for i, text in enumerate(rows):
+            label = "pos" if " return" in f" {text.lower()}" else "neg"
+            (folder / "aclImdb" / split / label).mkdir(parents=True, exist_ok=True)
+            review = folder / "aclImdb" / split / label / f"{i}_{8 if label == 'pos' else 2}.txt"
+            review.write_text(text)  # no final newline, as in IMDB
+
+
 READER_BRINGS: dict[str, Callable[[Path], None]] = {
+    "custom-classification.md": imdb_data,
     "pretraining.md": raw_corpus,
     "tokenizers.md": raw_corpus,
     "fine-tuning.md": classification_data,
@@ -235,6 +257,7 @@ READER_BRINGS: dict[str, Callable[[Path], None]] = {
 
 # What a page takes from docs/pretraining.md's run, as the page says it does.
 FROM_PRETRAINING: dict[str, tuple[str, ...]] = {
+    "custom-classification.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
     "fine-tuning.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
     "bert-albert.md": ("gpt2_bpe",),
     "electra-spanbert-qa.md": ("gpt2_bpe", "data-bin"),
@@ -242,6 +265,15 @@ FROM_PRETRAINING: dict[str, tuple[str, ...]] = {
 
 # Files a page says its commands write, with a text each must hold ("": it exists).
 PROMISES: dict[str, list[tuple[str, str]]] = {
+    "custom-classification.md": [
+        *((f"aclImdb/{split}.{kind}", "") for split in ("train", "dev") for kind in ("input0", "label", "input0.bpe")),
+        *(
+            (f"IMDB-bin/{column}/{name}", "")
+            for column in ("input0", "label")
+            for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")
+        ),
+        ("checkpoints/checkpoint_best.pt", ""),
+    ],
     "pretraining.md": [
         *((f"gpt2_bpe/{name}", "") for name in ("encoder.json", "vocab.bpe", "dict.txt")),
         *(
