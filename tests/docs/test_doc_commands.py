@@ -104,6 +104,18 @@ STAND_INS = (
         drop=("--fp16",),
         append=f"{PRETRAIN_SMALL} --save-dir checkpoints-base-stand-in",
     ),
+    # fairseq's pretraining tutorial through hydra's multirun (-m), small, in its own save dir.
+    StandIn(
+        "pretraining.md",
+        "fairseq-hydra-train -m",
+        append=(
+            "checkpoint.save_dir=checkpoints-hydra-m common.fp16=false common.cpu=true dataset.num_workers=0 "
+            "dataset.batch_size=8 'optimization.update_freq=[1]' optimization.max_update=3 "
+            "task.tokens_per_sample=64 dataset.skip_invalid_size_inputs_valid_test=true model.encoder_layers=2 "
+            "model.encoder_embed_dim=64 model.encoder_ffn_embed_dim=128 model.encoder_attention_heads=4 "
+            "model.max_positions=64"
+        ),
+    ),
     # GLUE's RTE recipe, on the page's own classification data, from the pretraining page's
     # small model in place of the released roberta.base.
     StandIn(
@@ -283,6 +295,7 @@ PROMISES: dict[str, list[tuple[str, str]]] = {
         ("checkpoints/checkpoint_best.pt", ""),
         ("checkpoints/checkpoint_last.pt", ""),
         ("checkpoints-hydra/checkpoint_last.pt", ""),
+        ("checkpoints-hydra-m/checkpoint_last.pt", ""),
         ("train.rank0.log", "distributed init (rank 0)"),
         ("train.rank1.log", "distributed init (rank 1)"),
         ("train.rank0.log", "done training"),
