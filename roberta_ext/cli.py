@@ -32,6 +32,14 @@ COMMANDS = {
         "roberta_ext.corpus.tagging:prepare_tagging_main",
         "CoNLL-style word/label files -> data for fairseq-train --task roberta_ext_token_classification",
     ),
+    "glue-preprocess": (
+        "roberta_ext.corpus.glue:glue_preprocess_main",
+        "GLUE TSV folders -> <TASK>-bin/ for fine-tuning, as fairseq's preprocess_GLUE_tasks.sh",
+    ),
+    "predict": (
+        "roberta_ext.predict:predict_main",
+        "a fine-tuned model's predictions for a TSV/JSONL/text file (GLUE submission format), with metrics",
+    ),
 }
 
 
