@@ -25,6 +25,7 @@ from .gpt2_bpe import (
 from .sentencepiece_tokenizer import SentencePieceFormatError, SentencePieceTokenizer, train_sentencepiece
 from .wordpiece import (
     BasicTokenizer,
+    BertPreTokenizer,
     WordPiece,
     WordPieceFormatError,
     WordPieceTokenizer,
@@ -37,6 +38,7 @@ __all__ = [
     "GPT2_SPLIT_PATTERN",
     "GPT2BPE",
     "BasicTokenizer",
+    "BertPreTokenizer",
     "Dictionary",
     "DictionaryFormatError",
     "FairseqGPT2Tokenizer",

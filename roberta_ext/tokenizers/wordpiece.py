@@ -1,27 +1,32 @@
-"""BERT's WordPiece tokenizer over a ``vocab.txt``, with the ids of transformers' slow ``BertTokenizer``.
+"""BERT's WordPiece tokenizer over a ``vocab.txt``, with the ids of transformers' ``BertTokenizer``.
 
 A ``vocab.txt`` lists one token per line; a token's id is its line number, from 0. Words start
-with a plain token (``"un"``) and go on with ``##`` tokens (``"##aff"``, ``"##able"``). Encoding
-runs in three steps, each a port of transformers' Python implementation (transformers 4.x
-``BertTokenizer``; ``BertTokenizerLegacy`` in transformers 5):
+with a plain token (``"un"``) and go on with ``##`` tokens (``"##aff"``, ``"##able"``).
+transformers has had two BERT tokenizers, which agree on ordinary text and differ on rare
+characters; :class:`WordPieceTokenizer` gives the ids of either:
 
-1. Special tokens (``[CLS]``, ``[SEP]``, ``[MASK]``, ``[PAD]``, ``[UNK]``) written in the text
-   are cut out first and kept whole. With ``do_lower_case`` the rest of the text is then
-   lowercased *character by character*, as transformers 4.x ``PreTrainedTokenizer.tokenize``
-   did (so a word-final ``Σ`` becomes ``σ``, not the ``ς`` of Python's ``str.lower``).
-2. :class:`BasicTokenizer` cleans the text (drops NUL, U+FFFD and control characters, turns
-   whitespace into spaces), puts spaces around CJK ideographs, applies NFC, splits on
-   whitespace, lowercases and strips accents (uncased vocabularies), and splits off every
-   punctuation character.
-3. :class:`WordPiece` splits each word greedily into the longest tokens of the vocabulary,
-   or gives ``[UNK]`` for a word it cannot cover or one longer than 100 characters.
+* by default, those of transformers 5's ``BertTokenizer`` (the ``BertTokenizerFast`` of 4.x, what
+  ``AutoTokenizer`` loads): HF ``tokenizers``' ``BertNormalizer``, ``BertPreTokenizer`` and
+  ``WordPiece``, in Rust. Special tokens written in the text are cut out first, exactly as
+  written. :class:`BertPreTokenizer` then deletes NUL, U+FFFD and control characters and turns
+  whitespace into spaces, puts spaces around CJK ideographs, strips accents (NFD, then deletes
+  nonspacing marks) and lowercases (uncased vocabularies), and splits on whitespace and
+  punctuation. Characters are classified with the Rust library's own tables, not with this
+  Python's ``unicodedata`` (see :mod:`._bert_unicode`): a code point Unicode has not assigned is a
+  letter there, so ``"x\\u0378y"`` is one word, ``[UNK]`` in most vocabularies.
+* with ``legacy=True``, those of transformers' Python ``BertTokenizer`` (4.x; ``BertTokenizerLegacy``
+  in 5.x, which lost 4.x's first step), a port of Google's BERT ``tokenization.py``. Special
+  tokens are cut out and, uncased, the rest is lowercased *character by character* (so a
+  word-final ``Σ`` becomes ``σ``, not the ``ς`` of Python's ``str.lower``). :class:`BasicTokenizer`
+  then cleans the text as above but with this Python's ``unicodedata`` (every ``C*`` category is
+  deleted, unassigned code points included), puts spaces around CJK ideographs, applies NFC, and
+  splits on whitespace, lowercasing and stripping accents uncased, and splits off punctuation.
 
-:class:`WordPieceTokenizer` does all three, remembering the ids of each word it has seen.
+Both end with :class:`WordPiece`, which splits each word greedily into the longest tokens of the
+vocabulary, or gives ``[UNK]`` for a word it cannot cover or one longer than 100 characters, and
+both remember the ids of each word they have seen. A ``str`` holding a lone surrogate is not text
+(transformers 5 refuses it with a ``TypeError``): both raise ``ValueError`` naming where it is.
 :func:`train_wordpiece_vocab` learns a small vocabulary from text, and :func:`write_vocab` writes it.
-
-transformers 5's ``BertTokenizer`` is a ``tokenizers`` (Rust) rewrite that gives other ids on rare
-input: it skips NFC, keeps unassigned code points and uses older Unicode tables. The tests in
-``tests/tokenizers/test_wordpiece.py`` pin each difference.
 
 >>> import os, tempfile
 >>> vocab = train_wordpiece_vocab(["Hello, world!", "hello words and wordpieces"] * 3, vocab_size=60)
@@ -43,18 +48,20 @@ import os
 import re
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
 from tqdm import tqdm
 
 from .._io import atomic_write
+from . import _bert_unicode
 from .gpt2_bpe import DEFAULT_CACHE_SIZE, _WordCache
 
 __all__ = [
     "BERT_SPECIAL_TOKENS",
     "BasicTokenizer",
+    "BertPreTokenizer",
     "WordPiece",
     "WordPieceFormatError",
     "WordPieceTokenizer",
@@ -78,9 +85,36 @@ class WordPieceFormatError(ValueError):
 
 
 # ------------------------------------------------------------------------------ character classes
-# Verbatim from transformers (tokenization_python.py / BERT's tokenization.py): which characters
-# are whitespace, control or punctuation decides where words split, so they use `unicodedata`
-# (the Unicode version of this Python), exactly as transformers does, not the `regex` module's.
+# Two sets: the Python BertTokenizer's (legacy), verbatim from transformers (tokenization_python.py /
+# BERT's tokenization.py), which ask this Python's `unicodedata`, and the Rust BertTokenizer's, which
+# ask the `tokenizers` library's own tables (`_bert_unicode`). Which characters are whitespace,
+# control or punctuation decides where words split, so each flavour must use its own.
+
+_TABLE_LIMIT = 1 << 16
+"""The lazily filled character tables below start afresh past this many entries (text seldom
+holds more distinct characters; a scan of all of Unicode would otherwise keep a million)."""
+
+
+class _LoneSurrogate(ValueError):
+    """Raised from inside ``str.translate``; :func:`_check_text` turns it into a message."""
+
+
+def _check_text(text: str) -> None:
+    """Raise ``ValueError`` naming the first lone surrogate of ``text``, if it has one.
+
+    >>> _check_text("ok \\udcff bytes")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: text 'ok \\udcff bytes' has a lone surrogate at index 3 ('\\udcff'): not valid Unicode...
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"text {text[max(0, error.start - 20) : error.end + 20]!r} has a lone surrogate at index "
+            f"{error.start} ({text[error.start]!r}): not valid Unicode, which BERT's tokenizers cannot "
+            "tokenize (transformers 5's BertTokenizer raises TypeError); decode the bytes properly first"
+        ) from None
 
 
 def _is_whitespace(char: str) -> bool:
@@ -101,60 +135,143 @@ def _is_punctuation(char: str) -> bool:
     return unicodedata.category(char).startswith("P")
 
 
-def _is_chinese_char(cp: int) -> bool:
+def _is_chinese_char(cp: int, *, tokenizers_ranges: bool = False) -> bool:
     # The CJK Unified Ideographs blocks (not Hangul, Hiragana or Katakana, which separate words
     # with spaces), as BERT lists them: later extensions are left out, so that ids stay BERT's.
+    # `tokenizers` starts Extension E at U+2B920 instead of U+2B820 (a typo), so its BertNormalizer
+    # does not split U+2B820..U+2B91F off.
     return (
         0x4E00 <= cp <= 0x9FFF
         or 0x3400 <= cp <= 0x4DBF
         or 0x20000 <= cp <= 0x2A6DF
         or 0x2A700 <= cp <= 0x2B73F
         or 0x2B740 <= cp <= 0x2B81F
-        or 0x2B820 <= cp <= 0x2CEAF
+        or (0x2B920 if tokenizers_ranges else 0x2B820) <= cp <= 0x2CEAF
         or 0xF900 <= cp <= 0xFAFF
         or 0x2F800 <= cp <= 0x2FA1F
     )
 
 
-class _CleanTable(dict):
-    """A ``str.translate`` table, filled on demand, for BERT's ``_clean_text`` (and optionally
-    ``_tokenize_chinese_chars``): NUL, U+FFFD and control characters are deleted, whitespace
-    becomes a space, and CJK ideographs get a space on each side. One C call per text."""
+def _clean_legacy(cp: int) -> bool | None:
+    """BERT's ``_clean_text`` for one code point: ``None`` deletes it, ``True`` makes it a space."""
+    char = chr(cp)
+    if cp == 0 or cp == 0xFFFD or _is_control(char):
+        return None
+    return _is_whitespace(char)
 
-    def __init__(self, *, split_cjk: bool) -> None:
+
+def _clean_tokenizers(cp: int) -> bool | None:
+    """``BertNormalizer``'s ``do_clean_text`` for one code point, with the library's tables."""
+    if cp == 0 or cp == 0xFFFD or (cp not in (0x09, 0x0A, 0x0D) and _bert_unicode.OTHER.flags()[cp]):
+        return None
+    return cp in _bert_unicode.WHITESPACE
+
+
+class _CleanTable(dict):
+    """A ``str.translate`` table, filled on demand, for cleaning and (optionally) CJK splitting:
+    deleted characters map to ``None``, whitespace to a space, CJK ideographs to themselves between
+    spaces, and a lone surrogate raises. One C call per text."""
+
+    def __init__(self, *, legacy: bool, split_cjk: bool) -> None:
         super().__init__()
+        self._clean = _clean_legacy if legacy else _clean_tokenizers
+        self._legacy = legacy
         self._split_cjk = split_cjk
 
-    def __missing__(self, cp: int) -> str | None:
-        char = chr(cp)
-        if cp == 0 or cp == 0xFFFD or _is_control(char):
+    def __missing__(self, cp: int) -> str | int | None:
+        if 0xD800 <= cp <= 0xDFFF:
+            raise _LoneSurrogate(cp)
+        if len(self) >= _TABLE_LIMIT:
+            self.clear()
+        cleaned = self._clean(cp)
+        value: str | int | None
+        if cleaned is None:
             value = None
-        elif _is_whitespace(char):
+        elif cleaned:
             value = " "
-        elif self._split_cjk and _is_chinese_char(cp):
-            value = f" {char} "
+        elif self._split_cjk and _is_chinese_char(cp, tokenizers_ranges=not self._legacy):
+            value = f" {chr(cp)} "
         else:
-            value = char
+            value = cp
         self[cp] = value
         return value
 
 
-class _PunctuationTable(dict):
-    """char -> whether BERT splits it off as punctuation; filled on demand."""
+class _CharacterTable(dict):
+    """char -> ``classify(char)``, filled on demand (and started afresh past ``_TABLE_LIMIT``)."""
 
-    def __missing__(self, char: str) -> bool:
-        value = self[char] = _is_punctuation(char)
+    def __init__(self, classify: Callable[[str], object]) -> None:
+        super().__init__()
+        self._classify = classify
+
+    def __missing__(self, char: str) -> object:
+        if len(self) >= _TABLE_LIMIT:
+            self.clear()
+        value = self[char] = self._classify(char)
         return value
 
 
+class _NormalizeTable(dict):
+    """A ``str.translate`` table, filled on demand, for what ``BertNormalizer`` does after its NFD and
+    then ``BertPreTokenizer`` does, all one character at a time: delete nonspacing marks (``strip``),
+    lowercase (``lower``: Rust's ``char::to_lowercase``), and put spaces around punctuation
+    (``split_punctuation``), so that ``str.split`` then gives the pre-tokens. One C call per word.
+
+    >>> "Ÿ-\u0301\ua7cb".translate(_NormalizeTable(strip=True, lower=True, split_punctuation=True))
+    'ÿ - ɤ'
+    """
+
+    def __init__(self, *, strip: bool, lower: bool, split_punctuation: bool) -> None:
+        super().__init__()
+        self._strip, self._lower, self._split_punctuation = strip, lower, split_punctuation
+
+    def __missing__(self, cp: int) -> str | int:
+        if len(self) >= _TABLE_LIMIT:
+            self.clear()
+        char = chr(cp)
+        if self._strip and _bert_unicode.NONSPACING_MARKS.flags()[cp]:
+            out = ""
+        elif self._lower:  # one character alone: no Final_Sigma rule, Σ -> σ as in Rust
+            out = char.lower().translate(_bert_unicode.LOWERCASE)
+        else:
+            out = char
+        if self._split_punctuation:
+            punctuation = _bert_unicode.PUNCTUATION.flags()
+            if len(out) == 1:
+                if punctuation[ord(out)]:
+                    out = f" {out} "
+            else:
+                out = "".join([f" {c} " if punctuation[ord(c)] else c for c in out])
+        value = self[cp] = cp if out == char else out
+        return value
+
+
+def _nfd_unknown_to_tokenizers(char: str) -> bool:
+    # A character this Python decomposes or reorders but the library's (Unicode 9.0) NFD does not.
+    return (unicodedata.combining(char) != 0 or unicodedata.normalize("NFD", char) != char) and (
+        ord(char) not in _bert_unicode.NFD_KNOWN
+    )
+
+
 # Shared by all tokenizers: they only grow with the distinct characters seen.
-_CLEAN = _CleanTable(split_cjk=False)
-_CLEAN_SPLIT_CJK = _CleanTable(split_cjk=True)
-_PUNCTUATION = _PunctuationTable()
+_CLEAN_TABLES = {
+    (legacy, split_cjk): _CleanTable(legacy=legacy, split_cjk=split_cjk)
+    for legacy in (False, True)
+    for split_cjk in (False, True)
+}
+_PUNCTUATION = _CharacterTable(_is_punctuation)
+_NFD_UNKNOWN = _CharacterTable(_nfd_unknown_to_tokenizers)
+_NORMALIZE_TABLES = {
+    (strip, lower, split): _NormalizeTable(strip=strip, lower=lower, split_punctuation=split)
+    for strip in (False, True)
+    for lower in (False, True)
+    for split in (False, True)
+}
 
 
 def _lowercase_per_character(text: str) -> str:
-    """``"".join(c.lower() for c in text)``, fast: transformers 4.x lowercased one character at a time.
+    """``"".join(c.lower() for c in text)``, fast: transformers 4.x lowercased one character at a
+    time, and so does Rust's ``tokenizers``.
 
     Python's ``str.lower`` is per character except for one context rule (Final_Sigma): a capital
     sigma that ends a word becomes ``ς``. Turning every ``Σ`` into ``σ`` first removes the rule.
@@ -176,13 +293,38 @@ def _strip_accents(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
 
 
+def _nfd_tokenizers(text: str) -> str:
+    """NFD as the ``tokenizers`` library computes it (Unicode 9.0 data): characters it does not
+    know are starters without a decomposition, so NFD runs on the text between them.
+
+    >>> _nfd_tokenizers("e\\u0301\\U00011938"), unicodedata.normalize("NFD", "\\U00011938")
+    ('e\u0301\U00011938', '\U00011935\U00011930')
+    """
+    # Text that Python's NFD leaves alone, the library's leaves alone too: it decomposes no more,
+    # and the marks it knows are in order wherever Python finds them in order.
+    if text.isascii() or unicodedata.is_normalized("NFD", text):
+        return text
+    if not any(map(_NFD_UNKNOWN.__getitem__, text)):
+        return unicodedata.normalize("NFD", text)
+    parts: list[str] = []
+    start = 0
+    for i, char in enumerate(text):
+        if _NFD_UNKNOWN[char]:
+            parts += (unicodedata.normalize("NFD", text[start:i]), char)
+            start = i + 1
+    parts.append(unicodedata.normalize("NFD", text[start:]))
+    return "".join(parts)
+
+
 # -------------------------------------------------------------------------------- basic tokenizer
 
 
 class BasicTokenizer:
     """BERT's pre-tokenisation: clean, split CJK, NFC, lowercase, strip accents, split punctuation.
 
-    Gives the tokens of transformers' ``BasicTokenizer`` (``models/bert``) with the same options.
+    Gives the tokens of transformers' Python ``BasicTokenizer`` (``models/bert``, the ``legacy=True``
+    flavour of :class:`WordPieceTokenizer`) with the same options; characters are classified with
+    this Python's ``unicodedata``, and every ``C*`` category is deleted (unassigned code points too).
     ``strip_accents=None`` strips accents exactly when lowercasing, as in BERT; ``True`` or ``False``
     forces it on or off (``False`` keeps accents even while lowercasing). Tokens in ``never_split``
     are kept whole, not lowercased, when they stand alone between whitespace.
@@ -206,18 +348,23 @@ class BasicTokenizer:
         self.never_split = frozenset(never_split)
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.strip_accents = strip_accents
-        self._table = _CLEAN_SPLIT_CJK if tokenize_chinese_chars else _CLEAN
+        self._table = _CLEAN_TABLES[True, tokenize_chinese_chars]
         self._cache = _WordCache(self.split_word, cache_size)
 
     def words(self, text: str) -> list[str]:
         """The whitespace-separated words of ``text`` after cleaning, CJK splitting and NFC.
 
-        >>> BasicTokenizer().words("a\\x00b\\u00a0c中d")
+        >>> BasicTokenizer().words("a\\x00b\\u00a0c中d\\u0378")
         ['ab', 'c', '中', 'd']
         """
         # Same order as transformers: clean, then CJK spaces, then NFC ("prevents treating the
         # same character with different code points as different"), then whitespace split.
-        return unicodedata.normalize("NFC", text.translate(self._table)).split()
+        try:
+            cleaned = text.translate(self._table)
+        except _LoneSurrogate:
+            _check_text(text)
+            raise
+        return unicodedata.normalize("NFC", cleaned).split()
 
     def split_word(self, word: str) -> tuple[str, ...]:
         """The tokens of one word from :meth:`words`: lowercased, accents stripped, punctuation split.
@@ -251,6 +398,86 @@ class BasicTokenizer:
         """The tokens of ``text``, as transformers' ``BasicTokenizer.tokenize(text)``.
 
         >>> BasicTokenizer(strip_accents=False).tokenize("Ünïcode")
+        ['ünïcode']
+        """
+        return list(chain.from_iterable(map(self._cache.__getitem__, self.words(text))))
+
+
+class BertPreTokenizer:
+    """The words that transformers 5's ``BertTokenizer`` hands to WordPiece: HF ``tokenizers``'
+    ``BertNormalizer`` (clean, split CJK, strip accents, lowercase), then its ``BertPreTokenizer``
+    (split on whitespace and punctuation), with the Rust library's character tables.
+
+    ``strip_accents=None`` strips accents exactly when lowercasing; ``True`` or ``False`` forces it
+    on or off. Code points Unicode has not assigned are kept, as letters; private use (Co), format
+    (Cf) and control (Cc) characters are deleted, as classified in Unicode 8.0 (see
+    :mod:`._bert_unicode`).
+
+    >>> BertPreTokenizer().tokenize("Héllo, WORLD!\\t中文 [MASK] x\\u0378y")
+    ['hello', ',', 'world', '!', '中', '文', '[', 'mask', ']', 'x\\u0378y']
+    >>> BertPreTokenizer(do_lower_case=False).normalize("Héllo\\x00\\u00a0中\\ue000")
+    'Héllo  中 '
+    """
+
+    def __init__(
+        self,
+        *,
+        do_lower_case: bool = True,
+        tokenize_chinese_chars: bool = True,
+        strip_accents: bool | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
+        self.do_lower_case = do_lower_case
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.strip_accents = strip_accents
+        self._strip = do_lower_case if strip_accents is None else strip_accents
+        self._table = _CLEAN_TABLES[False, tokenize_chinese_chars]
+        self._normalize_table = _NORMALIZE_TABLES[self._strip, do_lower_case, False]
+        self._split_table = _NORMALIZE_TABLES[self._strip, do_lower_case, True]
+        self._cache = _WordCache(self.split_word, cache_size)
+
+    def _clean(self, text: str) -> str:
+        try:
+            return text.translate(self._table)
+        except _LoneSurrogate:
+            _check_text(text)
+            raise
+
+    def normalize(self, text: str) -> str:
+        """``BertNormalizer(clean_text=True, ...).normalize_str(text)``: the text before it is split.
+
+        >>> BertPreTokenizer().normalize("Ångström\\u200b NAÏVE")
+        'angstrom naive'
+        """
+        text = self._clean(text)
+        return (_nfd_tokenizers(text) if self._strip else text).translate(self._normalize_table)
+
+    def words(self, text: str) -> list[str]:
+        """The whitespace-separated words of ``text`` after cleaning and CJK splitting.
+
+        Accents, case and punctuation are left to :meth:`split_word`, so that its cache sees each
+        word once: whitespace is a starter for NFD and the rest works character by character, so
+        word by word gives what the whole text would.
+
+        >>> BertPreTokenizer().words("a\\x00b\\u00a0c中d\\u0378")
+        ['ab', 'c', '中', 'd\\u0378']
+        """
+        return self._clean(text).split()
+
+    def split_word(self, word: str) -> tuple[str, ...]:
+        """The pre-tokens of one word from :meth:`words`: accents stripped, lowercased, punctuation split.
+
+        >>> BertPreTokenizer().split_word("Don't!")
+        ('don', "'", 't', '!')
+        """
+        # Whitespace comes out of cleaning as " " only (NFD and lowercasing make none), so
+        # str.split splits where BertPreTokenizer does.
+        return tuple((_nfd_tokenizers(word) if self._strip else word).translate(self._split_table).split())
+
+    def tokenize(self, text: str) -> list[str]:
+        """The pre-tokens of ``text``: ``[w for w, _ in BertPreTokenizer().pre_tokenize_str(normalize(text))]``.
+
+        >>> BertPreTokenizer(strip_accents=False).tokenize("Ünïcode")
         ['ünïcode']
         """
         return list(chain.from_iterable(map(self._cache.__getitem__, self.words(text))))
@@ -397,12 +624,17 @@ def _index_tokens(
 
 
 class WordPieceTokenizer:
-    """Text <-> BERT vocabulary ids, equal to transformers' slow ``BertTokenizer`` (no ``[CLS]``/``[SEP]`` added).
+    """Text <-> BERT vocabulary ids, equal to transformers' ``BertTokenizer`` (no ``[CLS]``/``[SEP]`` added).
 
     ``tokens`` is the vocabulary in id order (``vocab.txt``'s lines); see :meth:`from_file`.
     ``do_lower_case``, ``strip_accents`` and ``tokenize_chinese_chars`` mean what they mean for
     ``BertTokenizer``; use ``do_lower_case=False`` for cased checkpoints. The special tokens
     must all be in the vocabulary. ``source`` names the vocabulary in error messages.
+
+    The ids are those of transformers 5's (Rust) ``BertTokenizer``, or with ``legacy=True`` those of
+    transformers 4.x's Python one; the two differ on rare characters only (see the module's
+    documentation): a code point that Unicode has not assigned, for instance, is part of its word
+    in the first and deleted in the second.
 
     >>> tok = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "!"])
     >>> tok.tokenize("UNAFFABLE!! [MASK] able")
@@ -411,6 +643,8 @@ class WordPieceTokenizer:
     ([5, 6, 7, 4], 2, 3, 9)
     >>> tok.decode([2, 5, 6, 7, 8, 3])
     '[CLS] unaffable ! [SEP]'
+    >>> tok.tokenize("un\\u0378aff"), WordPieceTokenizer(tok.tokens, legacy=True).tokenize("un\\u0378aff")
+    (['[UNK]'], ['un', '##aff'])
     """
 
     def __init__(
@@ -427,12 +661,14 @@ class WordPieceTokenizer:
         mask_token: str = "[MASK]",
         max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        legacy: bool = False,
         source: str = "WordPiece vocabulary",
     ) -> None:
         self.tokens: list[str] = list(tokens)
         self.token_ids: dict[str, int] = _index_tokens(self.tokens, source=source)
         self.source = source
         self.do_lower_case = do_lower_case
+        self.legacy = legacy
         specials = {"unk": unk_token, "cls": cls_token, "sep": sep_token, "pad": pad_token, "mask": mask_token}
         missing = [f"{role} token {token!r}" for role, token in specials.items() if token not in self.token_ids]
         if missing:
@@ -443,16 +679,27 @@ class WordPieceTokenizer:
         self.unk_token, self.cls_token, self.sep_token = unk_token, cls_token, sep_token
         self.pad_token, self.mask_token = pad_token, mask_token
         self._special_ids = {token: self.token_ids[token] for token in specials.values()}
-        self._specials = _SpecialSplitter(self._special_ids, lowercase=do_lower_case)
-        # transformers passes the special tokens as `never_split`: a word that only becomes a
-        # special token after cleaning (cased "[MA\x00SK]") is kept whole too.
-        self.basic = BasicTokenizer(
-            do_lower_case=do_lower_case,
-            never_split=self._special_ids,
-            tokenize_chinese_chars=tokenize_chinese_chars,
-            strip_accents=strip_accents,
-            cache_size=1,  # unused: this class caches whole words itself
-        )
+        # The Rust tokenizer matches special tokens in the text as written (they are added tokens
+        # with normalized=False); the Python one lowercased around them first.
+        self._specials = _SpecialSplitter(self._special_ids, lowercase=do_lower_case and legacy)
+        self.basic: BasicTokenizer | BertPreTokenizer
+        if legacy:
+            # transformers passes the special tokens as `never_split`: a word that only becomes a
+            # special token after cleaning (cased "[MA\x00SK]") is kept whole too.
+            self.basic = BasicTokenizer(
+                do_lower_case=do_lower_case,
+                never_split=self._special_ids,
+                tokenize_chinese_chars=tokenize_chinese_chars,
+                strip_accents=strip_accents,
+                cache_size=1,  # unused: this class caches whole words itself
+            )
+        else:
+            self.basic = BertPreTokenizer(
+                do_lower_case=do_lower_case,
+                tokenize_chinese_chars=tokenize_chinese_chars,
+                strip_accents=strip_accents,
+                cache_size=1,
+            )
         self.wordpiece = WordPiece(
             self.token_ids, unk_token=unk_token, max_input_chars_per_word=max_input_chars_per_word
         )
@@ -474,6 +721,7 @@ class WordPieceTokenizer:
         mask_token: str = "[MASK]",
         max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        legacy: bool = False,
     ) -> WordPieceTokenizer:
         """Load a ``vocab.txt`` (one token per line, id = line number from 0).
 
@@ -492,6 +740,7 @@ class WordPieceTokenizer:
             mask_token=mask_token,
             max_input_chars_per_word=max_input_chars_per_word,
             cache_size=cache_size,
+            legacy=legacy,
             source=str(vocab_txt),
         )
 
@@ -552,9 +801,15 @@ class WordPieceTokenizer:
 
     def _word_ids(self, word: str) -> tuple[int, ...]:
         token_ids = self.token_ids
+        word_pieces = self.wordpiece.word_pieces
+        max_chars = self.wordpiece.max_input_chars_per_word
         ids: list[int] = []
         for token in self.basic.split_word(word):
-            pieces = self.wordpiece.word_pieces(token)
+            token_id = token_ids.get(token)
+            if token_id is not None and len(token) <= max_chars:
+                ids.append(token_id)  # a whole token: what the greedy match finds first
+                continue
+            pieces = word_pieces(token)
             ids.extend(self._unk_ids if pieces is None else map(token_ids.__getitem__, pieces))
         return tuple(ids)
 
@@ -562,17 +817,23 @@ class WordPieceTokenizer:
         """Vocabulary ids of ``text``, without ``[CLS]``/``[SEP]`` (``BertTokenizer``'s
         ``encode(text, add_special_tokens=False)``).
 
+        Text holding a lone surrogate raises ``ValueError`` naming its position.
+
         >>> WordPieceTokenizer([*BERT_SPECIAL_TOKENS, "a", "##b"]).encode("AB [SEP] ba")
         [5, 6, 3, 1]
         """
         ids: list[int] = []
         words = self.basic.words
         cached = self._cache.__getitem__
-        for chunk, special_id in self._specials.split(text):
-            if special_id is None:
-                ids.extend(chain.from_iterable(map(cached, words(chunk))))
-            else:
-                ids.append(special_id)
+        try:
+            for chunk, special_id in self._specials.split(text):
+                if special_id is None:
+                    ids.extend(chain.from_iterable(map(cached, words(chunk))))
+                else:
+                    ids.append(special_id)
+        except ValueError:
+            _check_text(text)  # a lone surrogate: say where it is in the whole text
+            raise
         return ids
 
     def tokenize(self, text: str) -> list[str]:
@@ -589,7 +850,8 @@ class WordPieceTokenizer:
         """The tokens of ``ids`` joined by spaces, with ``" ##"`` removed (``convert_tokens_to_string``).
 
         Special tokens stay as text. ``clean_up_tokenization_spaces=True`` also removes the space
-        before ``. ? ! ,`` and English contractions, as ``BertTokenizer.decode(ids)`` does by default.
+        before ``. ? ! ,`` and English contractions, as transformers 4.x's ``BertTokenizer.decode(ids)``
+        does by default (transformers 5's removes the space before ``. ? ! ,`` only).
 
         >>> tok = WordPieceTokenizer([*BERT_SPECIAL_TOKENS, "a", "##b", "."])
         >>> tok.decode([5, 6, 7]), tok.decode([5, 6, 7], clean_up_tokenization_spaces=True)
@@ -602,7 +864,8 @@ class WordPieceTokenizer:
 
     def __repr__(self) -> str:
         name, size = type(self).__name__, self.vocab_size
-        return f"{name}({self.source!r}, {size} tokens, do_lower_case={self.do_lower_case})"
+        legacy = ", legacy=True" if self.legacy else ""
+        return f"{name}({self.source!r}, {size} tokens, do_lower_case={self.do_lower_case}{legacy})"
 
 
 def _clean_up_tokenization(text: str) -> str:
@@ -664,6 +927,7 @@ def train_wordpiece_vocab(
     min_frequency: int = 2,
     special_tokens: Sequence[str] = BERT_SPECIAL_TOKENS,
     max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD,
+    legacy: bool = False,
     progress: bool = False,
 ) -> list[str]:
     """Learn a WordPiece vocabulary of at most ``vocab_size`` tokens from ``texts``.
@@ -675,7 +939,7 @@ def train_wordpiece_vocab(
     ties broken by the pair itself, so results are reproducible), as HF ``tokenizers``'
     WordPiece trainer does, until ``vocab_size`` tokens or until no pair occurs ``min_frequency``
     times. Words are counted after the same pre-tokenisation as :class:`WordPieceTokenizer`
-    with these options, so pass the ``do_lower_case`` you will encode with. Special tokens
+    with these options (``legacy`` included), so pass the ``do_lower_case`` you will encode with. Special tokens
     written in the text, and words longer than ``max_input_chars_per_word``, are not counted.
 
     >>> vocab = train_wordpiece_vocab(["low lower lowest"] * 2, vocab_size=24)
@@ -688,14 +952,20 @@ def train_wordpiece_vocab(
     """
     special_tokens = list(special_tokens)
     _index_tokens(special_tokens, source="special_tokens", error=ValueError)
-    specials = _SpecialSplitter(dict.fromkeys(special_tokens, 0), lowercase=do_lower_case)
+    specials = _SpecialSplitter(dict.fromkeys(special_tokens, 0), lowercase=do_lower_case and legacy)
     special_set = set(special_tokens)
-    basic = BasicTokenizer(
-        do_lower_case=do_lower_case,
-        never_split=special_tokens,
-        tokenize_chinese_chars=tokenize_chinese_chars,
-        strip_accents=strip_accents,
-    )
+    basic: BasicTokenizer | BertPreTokenizer
+    if legacy:
+        basic = BasicTokenizer(
+            do_lower_case=do_lower_case,
+            never_split=special_tokens,
+            tokenize_chinese_chars=tokenize_chinese_chars,
+            strip_accents=strip_accents,
+        )
+    else:
+        basic = BertPreTokenizer(
+            do_lower_case=do_lower_case, tokenize_chinese_chars=tokenize_chinese_chars, strip_accents=strip_accents
+        )
     raw_words: Counter[str] = Counter()
     for text in tqdm(texts, desc="counting words", unit="text", disable=not progress):
         for chunk, special_id in specials.split(text):

@@ -19,15 +19,39 @@ from tests.peers import require
 # Pieces that steer GPT-2's pre-tokenisation into its corner cases, mixed into arbitrary text.
 _SPACES = [*" \t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u1680\u2000\u2028\u2029\u202f\u3000", "\r\n", "  ", "\t\t", " \n "]
 _CONTRACTIONS = ["'", "'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", *"stremvldSTREMVLD"]
-_OTHERS = [*"0123456789٣\x00\x7f\ufeff\u0301\u200d\ufe0f😀👍🏽", "🏳️‍🌈"]
+# "\udcff" is what errors="surrogateescape" makes of a byte 0xff: not text, but a str can hold it.
+_OTHERS = [*"0123456789٣\x00\x7f\ufeff\u0301\u200d\ufe0f😀👍🏽\udcff", "🏳️‍🌈"]
 _CORPUS_CHARACTERS = sorted(set("".join(UNICODE_SAMPLES)))
 
+ANY_CHARACTER = st.characters(exclude_categories=())
+"""Any code point: unassigned (Cn), private use (Co) and lone surrogates (Cs) included, which
+``st.characters()`` leaves out by default."""
+
 TEXTS = st.lists(
-    st.one_of(st.characters(), st.text(max_size=4), st.sampled_from(_SPACES + _CONTRACTIONS + _OTHERS)),
+    st.one_of(
+        ANY_CHARACTER,
+        st.text(alphabet=ANY_CHARACTER, max_size=4),
+        st.sampled_from(_SPACES + _CONTRACTIONS + _OTHERS),
+    ),
     max_size=40,
 ).map("".join)
-"""Arbitrary Unicode text (every category but lone surrogates), biased towards whitespace,
-contractions, digits, combining marks and emoji sequences."""
+"""Arbitrary Unicode text from every code point (a ``str`` holding a lone surrogate is not valid
+text; the tests say what each tokenizer does with one), biased towards whitespace, contractions,
+digits, combining marks and emoji sequences."""
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes to UTF-8, that is, holds no lone surrogate.
+
+    >>> is_utf8("ok 👍"), is_utf8("ok \\udcff")
+    (True, False)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 
 CORPUS_LIKE_TEXTS = st.lists(st.sampled_from(_CORPUS_CHARACTERS + _SPACES + _CONTRACTIONS), max_size=60).map("".join)
 """Text made of what the vocabulary was trained on, so that dict.txt knows most of its pieces."""
