@@ -14,6 +14,7 @@ from . import (  # noqa: F401,E402  (electra_ext, spanbert_ext, roberta_ext_*)  
     criterions,
     electra,
     models,
+    multiple_choice,
     naming,
     question_answering,
     sentence_pairs,

@@ -1,0 +1,505 @@
+"""``roberta-ext prepare-multiple-choice``: multiple-choice data (SWAG-style JSONL, CommonsenseQA,
+RACE) -> the layout of ``--task roberta_ext_multiple_choice`` (fairseq's ``sentence_ranking``).
+
+Three input formats, each read into :class:`ChoiceExample` s (a context, N choices, a label):
+
+* ``jsonl`` — one ``{"context": str, "choices": [str, ...], "label": int}`` per line (SWAG and
+  the like; ``label`` may be absent from every line of a test file);
+* ``commonsense_qa`` — CommonsenseQA's JSONL: ``question.stem``, ``question.choices[].text``,
+  ``answerKey`` (a letter); the context is ``"Q: " + stem`` and each choice ``"A: " + text``,
+  the prefixes of fairseq's ``commonsense_qa`` task;
+* ``race`` — the RACE folder (``train/``, ``dev/``, ``test/``, each with ``middle/`` and
+  ``high/`` files of JSON with ``article``, ``questions``, ``options``, ``answers``), joined
+  exactly as fairseq's ``examples/roberta/preprocess_RACE.py`` joins it: the article with its
+  whitespace runs made one space; each choice the question with a ``_`` blank replaced by the
+  option, or the question, a space and the option; then ``.strip()``-ed, as fairseq's BPE
+  script strips each line. Splits ``train``, ``valid`` (dev), ``test`` (middle) and ``test1``
+  (high), as ``preprocess_RACE.sh`` names them. Files are read in sorted order (fairseq's
+  script takes ``os.listdir``'s, which depends on the file system).
+
+The texts are GPT-2 BPE-encoded (:class:`~roberta_ext.corpus.tokenize.TokenWriter`, byte for byte
+what fairseq's ``multiprocessing_bpe_encoder.py`` writes) and binarized by ``fairseq-preprocess``
+with the pretrained model's ``dict.txt``::
+
+    OUTPUT/input0/    dict.txt, {split}.bin/.idx     the contexts
+    OUTPUT/input1/ ... OUTPUT/inputN/                 choice 1..N
+    OUTPUT/label/     {split}.label                  the right choice, 0..N-1 (text)
+    OUTPUT/text/      {split}.input0 ... .inputN     the BPE ids fairseq-preprocess read
+
+Every example must have the same number of choices; a bad line (JSON, a missing field, a label
+out of range, another number of choices) stops the run with its file and line. The output folder
+appears whole or not at all (:func:`roberta_ext._io.atomic_directory`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from tqdm import tqdm
+
+from .._io import atomic_directory
+from .commands import positive_int, run_command
+from .reading import CorpusError
+from .tokenize import TokenWriter
+
+__all__ = [
+    "FORMATS",
+    "RACE_SPLITS",
+    "SPLITS",
+    "ChoiceExample",
+    "ChoiceStats",
+    "prepare_multiple_choice",
+    "prepare_multiple_choice_main",
+    "read_commonsense_qa",
+    "read_examples",
+    "read_jsonl",
+    "read_race",
+]
+
+FORMATS = ("jsonl", "commonsense_qa", "race")
+SPLITS = ("train", "valid", "test")
+RACE_SPLITS = {"train": "train", "valid": "dev", "test": "test-middle", "test1": "test-high"}
+"""Our split -> the set type of fairseq's ``preprocess_RACE.py`` (and its ``.sh``'s naming)."""
+
+
+@dataclass
+class ChoiceExample:
+    """One multiple-choice example."""
+
+    context: str
+    choices: list[str]
+    label: int | None
+    """The index of the right choice; ``None`` in a test file without answers."""
+    where: str
+    """``file:line`` (``file:question N`` for RACE) it was read from."""
+
+
+def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, Any]]:
+    """``(file:line, parsed JSON)`` for each non-blank line of a JSONL file."""
+    with open(path, encoding="utf-8") as lines:
+        number = 0
+        while True:
+            try:
+                line = lines.readline()
+            except UnicodeDecodeError as error:
+                raise CorpusError(f"{path}:{number + 1}: not valid UTF-8 ({error.reason})") from None
+            if not line:
+                return
+            number += 1
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{number}", json.loads(line)
+            except ValueError as error:
+                raise CorpusError(f"{path}:{number}: not valid JSON ({error})") from None
+
+
+def _check_choices(examples: list[ChoiceExample], path: str | os.PathLike[str]) -> list[ChoiceExample]:
+    """The same number of choices everywhere, labels in range, all labelled or none."""
+    if not examples:
+        raise CorpusError(f"{path}: no example in the file")
+    first = examples[0]
+    for example in examples:
+        if len(example.choices) != len(first.choices):
+            raise CorpusError(
+                f"{example.where}: {len(example.choices)} choices, but {first.where} has {len(first.choices)}; "
+                "every example needs the same number"
+            )
+        if example.label is not None and not 0 <= example.label < len(example.choices):
+            raise CorpusError(
+                f"{example.where}: label {example.label} is out of range for {len(example.choices)} choices"
+            )
+        if (example.label is None) != (first.label is None):
+            raise CorpusError(f"{example.where}: some examples of {path} have a label, others not")
+    if len(first.choices) < 2:
+        raise CorpusError(f"{first.where}: {len(first.choices)} choice; multiple choice needs two or more")
+    return examples
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[ChoiceExample]:
+    """SWAG-style JSONL: ``{"context": str, "choices": [str, ...], "label": int}`` per line
+    (``label`` left out on every line of a file without answers).
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "train.jsonl")
+    >>> _ = open(path, "w").write('{"context": "He cut", "choices": ["bread.", "the sky."], "label": 0}\\n')
+    >>> read_jsonl(path)[0].choices
+    ['bread.', 'the sky.']
+    """
+    examples = []
+    for where, row in _lines(path):
+        if not isinstance(row, dict):
+            raise CorpusError(f"{where}: expected an object with context, choices and label")
+        for name in ("context", "choices"):
+            if name not in row:
+                raise CorpusError(f"{where}: missing field {name!r}")
+        context, choices, label = row["context"], row["choices"], row.get("label")
+        if not isinstance(context, str):
+            raise CorpusError(f"{where}: context must be a string, got {type(context).__name__}")
+        if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
+            raise CorpusError(f"{where}: choices must be a list of strings")
+        if label is not None and (isinstance(label, bool) or not isinstance(label, int)):
+            raise CorpusError(f"{where}: label must be the index of the right choice, got {label!r}")
+        examples.append(ChoiceExample(context, choices, label, where))
+    return _check_choices(examples, path)
+
+
+def read_commonsense_qa(path: str | os.PathLike[str]) -> list[ChoiceExample]:
+    """CommonsenseQA's JSONL, with the ``Q: ``/``A: `` prefixes of fairseq's ``commonsense_qa``
+    task; the label is ``answerKey``'s letter (A = 0), left out where no line has one.
+
+    >>> import tempfile, os, json
+    >>> path = os.path.join(tempfile.mkdtemp(), "valid.jsonl")
+    >>> row = {"answerKey": "B", "question": {"stem": "Sky?", "choices": [{"label": "A", "text": "red"},
+    ...        {"label": "B", "text": "blue"}]}}
+    >>> _ = open(path, "w").write(json.dumps(row) + "\\n")
+    >>> example = read_commonsense_qa(path)[0]
+    >>> example.context, example.choices, example.label
+    ('Q: Sky?', ['A: red', 'A: blue'], 1)
+    """
+    examples = []
+    for where, row in _lines(path):
+        try:
+            stem = row["question"]["stem"]
+            texts = [choice["text"] for choice in row["question"]["choices"]]
+        except KeyError as error:
+            raise CorpusError(f"{where}: missing field {error}") from None
+        except TypeError:
+            raise CorpusError(
+                f"{where}: expected {{'question': {{'stem': ..., 'choices': [{{'text': ...}}]}}}}"
+            ) from None
+        if not isinstance(stem, str) or not all(isinstance(t, str) for t in texts):
+            raise CorpusError(f"{where}: the stem and the choices' texts must be strings")
+        label = None
+        if "answerKey" in row:
+            key = row["answerKey"]
+            if not isinstance(key, str) or len(key) != 1 or not "A" <= key <= "Z":
+                raise CorpusError(f"{where}: answerKey must be a capital letter, got {key!r}")
+            label = ord(key) - ord("A")
+        examples.append(ChoiceExample("Q: " + stem, ["A: " + t for t in texts], label, where))
+    return _check_choices(examples, path)
+
+
+def read_race(input_dir: str | os.PathLike[str], set_type: str) -> list[ChoiceExample]:
+    """The examples of one RACE set (``train``, ``dev``, ``test``; ``test-middle``,
+    ``test-high`` for one level), joined as fairseq's ``preprocess_RACE.py`` joins them, each
+    text then stripped as fairseq's BPE script strips it.
+
+    >>> read_race("RACE", "dev")[0].choices[0]  # doctest: +SKIP
+    'What did the writer do? She went to school.'
+    """
+    levels = ["middle", "high"]
+    parts = set_type.split("-")
+    if len(parts) == 2:
+        set_type, levels = parts[0], [parts[1]]
+    examples = []
+    for level in levels:
+        folder = Path(input_dir, set_type, level)
+        if not folder.is_dir():
+            raise CorpusError(f"{folder}: no such folder; a RACE folder has {{train,dev,test}}/{{middle,high}}/")
+        for name in sorted(os.listdir(folder)):
+            path = folder / name
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                answers, options, questions = data["answers"], data["options"], data["questions"]
+                article = data["article"]
+            except UnicodeDecodeError as error:
+                raise CorpusError(f"{path}: not valid UTF-8 ({error.reason})") from None
+            except ValueError as error:
+                raise CorpusError(f"{path}: not valid JSON ({error})") from None
+            except (KeyError, TypeError) as error:
+                raise CorpusError(
+                    f"{path}: missing field {error} (RACE files have article, questions, options, answers)"
+                ) from None
+            if not len(answers) == len(options) == len(questions):
+                raise CorpusError(
+                    f"{path}: {len(questions)} questions, {len(options)} option lists and {len(answers)} answers"
+                )
+            # preprocess_RACE.py: newlines, then every whitespace run, become one space.
+            context = re.sub(r"\s+", " ", article.replace("\n", " "))
+            for i, (answer, question) in enumerate(zip(answers, questions)):
+                where = f"{path}:question {i + 1}"
+                label = ord(answer) - ord("A") if isinstance(answer, str) and len(answer) == 1 else -1
+                choices = []
+                for option in options[i]:
+                    # A question with a blank ("_") takes the option in its place.
+                    joined = question.replace("_", option) if "_" in question else " ".join([question, option])
+                    choices.append(re.sub(r"\s+", " ", joined).strip())
+                if not 0 <= label < len(choices):
+                    raise CorpusError(f"{where}: answer {answer!r} is not the letter of one of {len(choices)} options")
+                examples.append(ChoiceExample(context.strip(), choices, label, where))
+    return _check_choices(examples, Path(input_dir, set_type))
+
+
+def read_examples(format: str, path: str | os.PathLike[str]) -> list[ChoiceExample]:
+    """The examples of a ``jsonl`` or ``commonsense_qa`` file (RACE: :func:`read_race`).
+
+    >>> read_examples("jsonl", "swag/train.jsonl")[0].label  # doctest: +SKIP
+    2
+    """
+    if format == "jsonl":
+        return read_jsonl(path)
+    if format == "commonsense_qa":
+        return read_commonsense_qa(path)
+    raise CorpusError(f"unknown format {format!r}; read files of {', '.join(FORMATS[:2])}, or a RACE folder")
+
+
+@dataclass
+class ChoiceStats:
+    """What :func:`prepare_multiple_choice` did."""
+
+    examples: dict[str, int] = field(default_factory=dict)
+    """Examples per split."""
+    num_choices: int = 0
+    tokens: int = 0
+    """BPE tokens written, over all columns and splits."""
+    too_long: int = 0
+    """Examples whose longest candidate (``<s> choice </s> </s> context </s>``) exceeds
+    ``max_positions`` (``--shorten-method truncate`` cuts them, otherwise fairseq skips them)."""
+    first_too_long: str | None = None
+    commands: list[list[str]] = field(default_factory=list)
+    """The fairseq-preprocess commands (run, or to run with ``text_only``)."""
+
+
+# fairseq-preprocess's own entry point, run once per column in one process: importing fairseq
+# costs seconds, which each console-script run would pay again (as roberta-ext glue-preprocess).
+_PREPROCESS_RUNNER = """
+import json, sys
+from fairseq_cli import preprocess
+for arguments in json.loads(sys.argv[1]):
+    sys.argv = ["fairseq-preprocess", *arguments]
+    preprocess.cli_main()
+    for handler in list(preprocess.logger.handlers):
+        preprocess.logger.removeHandler(handler)
+        handler.close()
+"""
+
+
+def _check_fairseq() -> None:
+    if importlib.util.find_spec("fairseq_cli") is None:
+        raise CorpusError(
+            f"fairseq is not installed for {sys.executable}; use --text-only and run the printed "
+            "fairseq-preprocess commands where fairseq is"
+        )
+
+
+def _binarize(commands: list[list[str]], cwd: Path) -> list[str]:
+    """Run fairseq-preprocess ``commands`` (their arguments) in ``cwd``; return its
+    ``N sents, M tokens, X% replaced (by <unk>)`` lines."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PREPROCESS_RUNNER, json.dumps(commands)], cwd=cwd, capture_output=True, text=True
+    )
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise CorpusError(f"fairseq-preprocess failed ({result.returncode}):\n{output[-3000:]}")
+    return [line.split("] ", 1)[-1] for line in output.splitlines() if "replaced" in line and ": " in line]
+
+
+def prepare_multiple_choice(
+    writer: TokenWriter,
+    dictionary: str | os.PathLike[str],
+    splits: dict[str, list[ChoiceExample]],
+    output_dir: str | os.PathLike[str],
+    *,
+    text_only: bool = False,
+    max_positions: int = 512,
+    workers: int = 1,
+    force: bool = False,
+    log: IO[str] | None = None,
+) -> ChoiceStats:
+    """Write ``--task roberta_ext_multiple_choice`` data from examples.
+
+    ``splits`` maps fairseq's split names (``train``, ``valid``, ``test``, ``test1``, ...) to
+    examples; every split needs the same number of choices. ``dictionary`` is the pretrained
+    model's ``dict.txt``. Writes ``text/{split}.input{i}`` (BPE ids), ``label/{split}.label``
+    and, unless ``text_only``, ``input0/`` ... ``inputN/`` through ``fairseq-preprocess``; all in
+    a temporary folder that becomes ``output_dir`` at the end (an existing one is replaced only
+    with ``force``).
+
+    >>> prepare_multiple_choice(TokenWriter("gpt2", encoder_json="encoder.json", vocab_bpe="vocab.bpe"),
+    ...     "dict.txt", {"train": read_jsonl("train.jsonl")}, "mc-bin")  # doctest: +SKIP
+    """
+    if not splits:
+        raise CorpusError("no split to prepare")
+    if not Path(dictionary).is_file():
+        raise FileNotFoundError(2, "dictionary (the pretrained model's dict.txt) not found", str(dictionary))
+    counts = {split: len(examples[0].choices) for split, examples in splits.items() if examples}
+    if len(set(counts.values())) != 1 or len(counts) != len(splits):
+        raise CorpusError(f"the splits must have examples with the same number of choices, got {counts}")
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not force and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        raise CorpusError(f"refusing to overwrite {output_dir} (use --force)")
+    if not text_only:
+        _check_fairseq()
+    stats = ChoiceStats(num_choices=next(iter(counts.values())))
+    columns = [f"input{i}" for i in range(stats.num_choices + 1)]
+
+    with atomic_directory(output_dir, overwrite=force) as building:
+        (building / "text").mkdir()
+        (building / "label").mkdir()
+        for split, examples in splits.items():
+            outputs = [open(building / "text" / f"{split}.{column}", "w", encoding="utf-8") for column in columns]
+            context_cache: dict[str, list[str]] = {}  # RACE repeats an article for each of its questions
+            try:
+                for example in tqdm(
+                    examples, desc=f"encode {split}", disable=log is None or not log.isatty(), file=sys.stderr
+                ):
+                    context = context_cache.get(example.context)
+                    if context is None:
+                        context = context_cache[example.context] = writer.tokens(example.context)
+                        if len(context_cache) > 10_000:
+                            context_cache.clear()
+                    choices = [writer.tokens(choice) for choice in example.choices]
+                    for out, tokens in zip(outputs, [context, *choices]):
+                        out.write(" ".join(tokens) + "\n")
+                    stats.tokens += len(context) + sum(len(c) for c in choices)
+                    if len(context) + max(len(c) for c in choices) + 4 > max_positions:
+                        stats.too_long += 1
+                        stats.first_too_long = stats.first_too_long or example.where
+            finally:
+                for out in outputs:
+                    out.close()
+            if examples[0].label is not None:
+                (building / "label" / f"{split}.label").write_text(
+                    "".join(f"{example.label}\n" for example in examples), encoding="utf-8"
+                )
+            stats.examples[split] = len(examples)
+
+        def commands(base: str) -> list[list[str]]:
+            tests = [s for s in splits if s.startswith("test")]
+            result = []
+            for column in columns:
+                command = ["--only-source", "--srcdict", str(Path(dictionary).resolve())]
+                for split in ("train", "valid"):
+                    if split in splits:
+                        command += [f"--{split}pref", f"{base}text/{split}.{column}"]
+                if tests:  # test, test1, ...: fairseq-preprocess numbers the prefixes after the first
+                    command += ["--testpref", ",".join(f"{base}text/{s}.{column}" for s in tests)]
+                result.append(command + ["--destdir", f"{base}{column}", "--workers", str(workers)])
+            return result
+
+        stats.commands = [["fairseq-preprocess", *command] for command in commands(f"{output_dir}/")]
+        if not text_only:
+            with tqdm(total=1, desc="binarize", disable=log is None or not log.isatty(), file=sys.stderr) as bar:
+                report = _binarize(commands(""), building)  # paths relative to the folder being built
+                bar.update()
+            if log is not None:  # "text/valid.input1: 100 sents, 812 tokens, 0.0% replaced (by <unk>)"
+                for line in report:
+                    path, numbers = line.rsplit(": ", 1)
+                    print(f"{Path(path).suffix[1:]}/{Path(path).stem}: {numbers}", file=log)
+    return stats
+
+
+def _split_names(splits: Sequence[str]) -> None:
+    tests = [s for s in splits if s.startswith("test")]
+    expected = ["test"] + [f"test{i}" for i in range(1, len(tests))]
+    if tests != expected[: len(tests)]:
+        raise CorpusError(f"test splits must be named {', '.join(expected)} in that order, got {tests}")
+
+
+def prepare_multiple_choice_main(argv: Sequence[str] | None = None) -> int:
+    """``roberta-ext prepare-multiple-choice``: RACE, CommonsenseQA or SWAG-style JSONL ->
+    ``--task roberta_ext_multiple_choice`` data.
+
+    >>> prepare_multiple_choice_main(["--format", "race", "--input-dir", "RACE", "--encoder-json", "encoder.json",
+    ...     "--vocab-bpe", "vocab.bpe", "--dict", "dict.txt", "--output-dir", "RACE-bin"])  # doctest: +SKIP
+    0
+    """
+    prog = "roberta-ext prepare-multiple-choice"
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Make multiple-choice data for fairseq-train --task roberta_ext_multiple_choice (fairseq's "
+            "sentence_ranking layout): OUTPUT/input0 (contexts), OUTPUT/input1..N (choices), binarized by "
+            "fairseq-preprocess with the pretrained dict.txt, and OUTPUT/label/{split}.label. --format jsonl "
+            "reads {context, choices, label} per line; commonsense_qa reads CommonsenseQA's JSONL (Q:/A: "
+            "prefixes, answerKey); race reads the RACE folder as fairseq's preprocess_RACE.py does (splits "
+            "train, valid, test = middle, test1 = high)."
+        ),
+        epilog=(
+            "example: roberta-ext prepare-multiple-choice --format race --input-dir RACE --encoder-json encoder.json "
+            "--vocab-bpe vocab.bpe --dict dict.txt --output-dir RACE-bin; then fairseq-train RACE-bin --user-dir "
+            "roberta_ext --task roberta_ext_multiple_choice --criterion roberta_ext_multiple_choice --num-classes 4 "
+            "--init-token 0 --separator-token 2 --arch roberta_ext_large --restore-file model.pt ..."
+        ),
+    )
+    parser.add_argument("--format", choices=FORMATS, default="jsonl", help="input format (default: jsonl)")
+    for split in SPLITS:
+        parser.add_argument(f"--{split}", metavar="FILE", help=f"the {split} split (jsonl, commonsense_qa)")
+    parser.add_argument("--input-dir", metavar="DIR", help="the RACE folder, with train/, dev/ and test/ (race)")
+    parser.add_argument("--encoder-json", required=True, metavar="FILE", help="GPT-2 encoder.json")
+    parser.add_argument("--vocab-bpe", required=True, metavar="FILE", help="GPT-2 vocab.bpe")
+    parser.add_argument("--dict", required=True, metavar="FILE", help="the pretrained model's dict.txt")
+    parser.add_argument("--output-dir", required=True, type=Path, metavar="DIR", help="folder to write")
+    parser.add_argument(
+        "--text-only", action="store_true", help="write the text files only, and print the fairseq-preprocess commands"
+    )
+    parser.add_argument(
+        "--max-positions",
+        type=positive_int,
+        default=512,
+        metavar="N",
+        help="warn about examples longer than this, <s> and separators included (default: 512)",
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=1, metavar="N", help="fairseq-preprocess workers (default: 1)"
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing --output-dir")
+    args = parser.parse_args(argv)
+    files = {split: getattr(args, split) for split in SPLITS if getattr(args, split)}
+    if args.format == "race":
+        if args.input_dir is None or files:
+            parser.error("--format race reads --input-dir (and no --train/--valid/--test)")
+    elif args.input_dir is not None or not files:
+        parser.error(f"--format {args.format} reads --train, --valid and/or --test (not --input-dir)")
+
+    def body() -> int:
+        writer = TokenWriter("gpt2", encoder_json=args.encoder_json, vocab_bpe=args.vocab_bpe)
+        if args.format == "race":
+            splits = {split: read_race(args.input_dir, set_type) for split, set_type in RACE_SPLITS.items()}
+        else:
+            splits = {split: read_examples(args.format, path) for split, path in files.items()}
+            for split in ("train", "valid"):
+                if split in splits and splits[split][0].label is None:
+                    raise CorpusError(f"{files[split]}: the {split} split needs labels")
+        _split_names(list(splits))
+        stats = prepare_multiple_choice(
+            writer,
+            args.dict,
+            splits,
+            args.output_dir,
+            text_only=args.text_only,
+            max_positions=args.max_positions,
+            workers=args.workers,
+            force=args.force,
+            log=sys.stderr,
+        )
+        counts = ", ".join(f"{split} {n}" for split, n in stats.examples.items())
+        print(
+            f"{counts} examples of {stats.num_choices} choices; {stats.tokens} tokens -> {args.output_dir}",
+            file=sys.stderr,
+        )
+        if stats.too_long:
+            print(
+                f"warning: {stats.too_long} examples have a candidate longer than {args.max_positions} tokens (first: "
+                f"{stats.first_too_long}); train with --shorten-method truncate (and --max-option-length) to cut "
+                "them, or fairseq skips them in training and refuses them in validation",
+                file=sys.stderr,
+            )
+        if args.text_only:
+            print("now run:", file=sys.stderr)
+            for command in stats.commands:
+                print("  " + " ".join(command), file=sys.stderr)
+        return 0
+
+    return run_command(prog, body)
