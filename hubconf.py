@@ -4,14 +4,15 @@
 >>> roberta = torch.hub.load(  # doctest: +SKIP
 ...     "path/to/roberta_ext", "roberta", "/path/to/roberta.large", source="local")
 
-The names with dots (``roberta.base``, ...) are not Python identifiers, so torch.hub reaches
-them through ``getattr``: ``torch.hub.load(repo, "roberta.large", source="local")`` works.
+The names with dots (``roberta.base``, ``xlmr.large``, ...) are not Python identifiers, so
+torch.hub reaches them through ``getattr``: ``torch.hub.load(repo, "xlmr.large", source="local")``
+works, as ``torch.hub.load("pytorch/fairseq", "xlmr.large")`` does for fairseq.
 """
 
 from roberta_ext.hub import RobertaHubInterface
 from roberta_ext.loading import from_pretrained as _from_pretrained
 
-dependencies = ["torch", "regex", "requests", "tqdm"]
+dependencies = ["torch", "regex", "requests", "tqdm", "sentencepiece"]
 
 
 def roberta(
@@ -30,6 +31,19 @@ def roberta(
     return _from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe, **kwargs)
 
 
+def xlmr(
+    model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", bpe="sentencepiece", **kwargs
+) -> RobertaHubInterface:
+    """An XLM-R model, as fairseq's ``XLMRModel.from_pretrained``: a folder with ``model.pt``,
+    ``dict.txt`` and ``sentencepiece.bpe.model`` (fairseq's XLM-R archives, or one trained with
+    the plugin), an archive, a URL or a known name (xlmr.base, xlmr.large, xlmr.xl, xlmr.xxl), or
+    a transformers ``XLMRoberta*`` folder. fairseq's ids for every input; encode (pairs),
+    decode, extract_features, extract_features_aligned_to_words, predict, fill_mask. Needs no
+    fairseq. Returned in eval mode. Keyword options: those of ``roberta``.
+    """
+    return _from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe, **kwargs)
+
+
 def _named(name: str):
     def load(**kwargs) -> RobertaHubInterface:
         return _from_pretrained(name, **kwargs)
@@ -43,6 +57,6 @@ def _named(name: str):
     return load
 
 
-for _name in ("roberta.base", "roberta.large", "roberta.large.mnli"):
+for _name in ("roberta.base", "roberta.large", "roberta.large.mnli", "xlmr.base", "xlmr.large", "xlmr.xl", "xlmr.xxl"):
     globals()[_name] = _named(_name)
 del _name

@@ -92,8 +92,8 @@ class KnownModel:
     """One line for humans: what the model is."""
 
 
-# The same names and URLs as fairseq 0.12's `RobertaModel.hub_models()` (fairseq/models/roberta/model.py),
-# plain http:// included, so that a name means the same checkpoint here as in fairseq.
+# The same names and URLs as fairseq 0.12's `RobertaModel.hub_models()` (fairseq/models/roberta/model.py) and
+# `XLMRModel.hub_models()`, plain http:// included, so that a name means the same checkpoint here as in fairseq.
 KNOWN_MODELS: Mapping[str, KnownModel] = MappingProxyType(
     {
         "roberta.base": KnownModel(
@@ -111,6 +111,24 @@ KNOWN_MODELS: Mapping[str, KnownModel] = MappingProxyType(
         "roberta.large.wsc": KnownModel(
             url="http://dl.fbaipublicfiles.com/fairseq/models/roberta.large.wsc.tar.gz",
             description="RoBERTa large fine-tuned on the Winograd Schema Challenge (WSC)",
+        ),
+        # fairseq 0.12's `XLMRModel.hub_models()` (fairseq/models/roberta/model_xlmr.py). The archives hold
+        # model.pt, dict.txt and sentencepiece.bpe.model.
+        "xlmr.base": KnownModel(
+            url="http://dl.fbaipublicfiles.com/fairseq/models/xlmr.base.tar.gz",
+            description="XLM-R base: 100 languages, 12 layers, 768 hidden, 270M parameters",
+        ),
+        "xlmr.large": KnownModel(
+            url="http://dl.fbaipublicfiles.com/fairseq/models/xlmr.large.tar.gz",
+            description="XLM-R large: 100 languages, 24 layers, 1024 hidden, 560M parameters",
+        ),
+        "xlmr.xl": KnownModel(
+            url="http://dl.fbaipublicfiles.com/fairseq/models/xlmr/xlmr.xl.tar.gz",
+            description="XLM-R XL: 100 languages, 36 pre-LN layers, 2560 hidden, 3.5B parameters",
+        ),
+        "xlmr.xxl": KnownModel(
+            url="http://dl.fbaipublicfiles.com/fairseq/models/xlmr/xlmr.xxl.tar.gz",
+            description="XLM-R XXL: 100 languages, 48 pre-LN layers, 4096 hidden, 10.7B parameters",
         ),
     }
 )

@@ -251,6 +251,11 @@ def load_transformers(directory: str | os.PathLike[str]) -> LoadedTransformers:
         # transformers keeps one all-zero segment row for a family without segments; ours has none.
         cfg = cfg.replace(type_vocab_size=0)
         del tensors[segments_key]
+    if not any(ours.startswith("pooler.") for _, ours in table.modules):
+        # transformers' RobertaModel has a pooler (dense + tanh on <s>) that fairseq's RoBERTa
+        # lacks and nothing here computes; every sentence-transformers RoBERTa folder holds one,
+        # untrained. A family whose table maps no pooler leaves it out.
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(base_prefix + "pooler.")}
     cfg = cfg.replace(pooler=any(k.startswith(base_prefix + "pooler") for k in tensors))
     suffix = _suffix(architecture)
     mapping = key_map(cfg, architecture, base_prefix=base_prefix)

@@ -1,10 +1,15 @@
 """``roberta-ext tokenize``: sub-word tokens per line, the input ``fairseq-preprocess`` reads for
-BERT and ALBERT.
+BERT, ALBERT and XLM-R.
 
-``roberta-ext tokenize --tokenizer {wordpiece,sentencepiece} --model VOCAB_OR_SPM --inputs ...
---outputs ...`` writes each input line as its WordPiece (``vocab.txt``) or SentencePiece
-(``spiece.model``) tokens separated by single spaces — what ``fairseq-preprocess
---only-source`` reads (GPT-2 BPE has ``roberta-ext bpe-encode``, :mod:`roberta_ext.corpus.bpe`).
+``roberta-ext tokenize --tokenizer {wordpiece,sentencepiece,xlmr_sentencepiece} --model FILE
+--inputs ... --outputs ...`` writes each input line as its WordPiece (``vocab.txt``),
+ALBERT SentencePiece (``spiece.model``) or XLM-R SentencePiece (``sentencepiece.bpe.model``,
+the pieces fairseq's ``--bpe sentencepiece`` and its ``spm_encode`` give) tokens separated by
+single spaces — what ``fairseq-preprocess --only-source`` reads (GPT-2 BPE has ``roberta-ext
+bpe-encode``, :mod:`roberta_ext.corpus.bpe`). With ``--dict-out``, the XLM-R tokenizer also
+writes XLM-R's ``dict.txt``: every piece of the model in the model's order, with its count in
+the outputs; ``fairseq-preprocess --srcdict`` that file gives a model XLM-R's indices (a piece's
+SentencePiece id + 1), which transformers' ``XLMRobertaTokenizer`` shares.
 Empty lines stay empty lines: they separate documents for ``--task roberta_ext_sentence_pair_mlm``. The
 tokenizer's unknown token becomes fairseq's ``<unk>``; a line with text but no token (only
 control characters, say) is written as ``<unk>`` and counted, so that it never turns into a
@@ -22,8 +27,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tqdm import tqdm
@@ -47,8 +53,8 @@ __all__ = [
     "tokenize_main",
 ]
 
-TOKENIZERS = ("gpt2", "wordpiece", "sentencepiece")
-PIECE_TOKENIZERS = ("wordpiece", "sentencepiece")
+TOKENIZERS = ("gpt2", "wordpiece", "sentencepiece", "xlmr_sentencepiece")
+PIECE_TOKENIZERS = ("wordpiece", "sentencepiece", "xlmr_sentencepiece")
 UNK = "<unk>"
 """fairseq's unknown symbol: what the tokenizers' own unknown tokens are written as."""
 
@@ -56,8 +62,9 @@ UNK = "<unk>"
 class TokenWriter:
     """Text -> the tokens ``fairseq-preprocess`` reads, for one tokenizer.
 
-    ``gpt2`` writes GPT-2 BPE ids (as RoBERTa's ``dict.txt`` lists them), ``wordpiece`` and
-    ``sentencepiece`` their pieces. ``cased`` keeps the case (BERT's ``do_lower_case=False``).
+    ``gpt2`` writes GPT-2 BPE ids (as RoBERTa's ``dict.txt`` lists them), ``wordpiece``,
+    ``sentencepiece`` and ``xlmr_sentencepiece`` their pieces. ``cased`` keeps the case (BERT's
+    ``do_lower_case=False``; XLM-R's SentencePiece never lowercases).
     """
 
     def __init__(
@@ -82,14 +89,21 @@ class TokenWriter:
             return
         if not model:
             raise CorpusError(
-                f"the {kind} tokenizer needs --model (vocab.txt for wordpiece, spiece.model for sentencepiece)"
+                f"the {kind} tokenizer needs --model (vocab.txt for wordpiece, spiece.model for sentencepiece, "
+                "sentencepiece.bpe.model for xlmr_sentencepiece)"
             )
         self._pieces: SubwordTokenizer
+        self._known: Container[str] | None = None  # tokens the model has, where the tokenizer writes others
         try:
             if kind == "wordpiece":
                 from ..tokenizers.wordpiece import WordPieceTokenizer
 
                 self._pieces = WordPieceTokenizer.from_file(model, do_lower_case=not cased)
+            elif kind == "xlmr_sentencepiece":
+                from ..tokenizers.sentencepiece_tokenizer import XLMRSentencePiece
+
+                # Characters SentencePiece cannot spell come out as themselves: <unk> for the model.
+                self._pieces = self._known = XLMRSentencePiece.from_file(model)
             else:
                 from ..tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
 
@@ -106,8 +120,26 @@ class TokenWriter:
         """
         if self.kind == "gpt2":
             return [str(i) for i in self._bpe.encode(text)]
-        unk = self._unk
+        unk, known = self._unk, self._known
+        if known is not None:
+            return [piece if piece in known and piece != unk else UNK for piece in self._pieces.tokenize(text)]
         return [UNK if piece == unk else piece for piece in self._pieces.tokenize(text)]
+
+    def xlmr_dictionary(self, counts: Mapping[str, int]) -> str:
+        """XLM-R's ``dict.txt`` for the ``xlmr_sentencepiece`` tokenizer: the model's pieces in
+        its order (from SentencePiece's id 3 on), each with its count in ``counts``.
+
+        >>> writer = TokenWriter("xlmr_sentencepiece", model="sentencepiece.bpe.model")  # doctest: +SKIP
+        >>> writer.xlmr_dictionary({",": 12}).splitlines()[:3]                          # doctest: +SKIP
+        [', 12', '. 0', '▁ 0']
+        """
+        from ..tokenizers.sentencepiece_tokenizer import XLMR_SPECIALS, XLMRSentencePiece
+
+        pieces = self._pieces
+        if not isinstance(pieces, XLMRSentencePiece):
+            raise CorpusError(f"XLM-R's dict.txt needs the xlmr_sentencepiece tokenizer, not {self.kind}")
+        rows = (pieces.id_to_token(i) for i in range(len(XLMR_SPECIALS), pieces.vocab_size - 1))  # not <mask>
+        return "".join(f"{piece} {counts.get(piece, 0)}\n" for piece in rows)
 
     def word_tokens(self, word: str, *, first: bool) -> list[str]:
         """The tokens of one word of a sentence, as the hub's ``tag()`` makes them: GPT-2 sees a
@@ -158,6 +190,8 @@ class TokenizeStats:
     """Lines with text but no token, written as ``<unk>``."""
     first_without_tokens: str | None = None
     """``file:line`` of the first such line."""
+    counts: Counter[str] = field(default_factory=Counter)
+    """How often each token was written."""
 
 
 def _tokenize_chunk(writer: TokenWriter, chunk: Chunk) -> tuple[bytes, TokenizeStats]:
@@ -179,6 +213,7 @@ def _tokenize_chunk(writer: TokenWriter, chunk: Chunk) -> tuple[bytes, TokenizeS
             tokens = [UNK]
         stats.tokens += len(tokens)
         stats.unknown += tokens.count(UNK)
+        stats.counts.update(tokens)
         out.append(join_tokens(tokens, f"line {line_number}"))
     return "".join(f"{line}\n" for line in out).encode("utf-8"), stats
 
@@ -190,11 +225,14 @@ def tokenize_files(
     *,
     workers: int = 1,
     progress: bool = False,
+    dict_out: str | os.PathLike[str] | None = None,
 ) -> TokenizeStats:
     """Tokenize each input into its output, a line of space-separated tokens per input line.
 
     Lines are read as ``bpe-encode`` reads them (UTF-8, universal newlines, ``strip()``); empty
     lines stay empty. Outputs appear under their names only when every input was tokenized.
+    ``dict_out`` (``xlmr_sentencepiece`` only) also writes XLM-R's ``dict.txt`` there, with the
+    outputs' counts (:meth:`TokenWriter.xlmr_dictionary`).
 
     >>> writer = TokenWriter("sentencepiece", model="spiece.model")  # doctest: +SKIP
     >>> tokenize_files(writer, ["train.txt"], ["train.tok"]).lines  # doctest: +SKIP
@@ -215,6 +253,10 @@ def tokenize_files(
         raise CorpusError(f"an output would overwrite an input: {', '.join(overlap)}")
     if workers < 1:
         raise CorpusError(f"workers must be >= 1, got {workers}")
+    if dict_out is not None and writer.kind != "xlmr_sentencepiece":
+        raise CorpusError(
+            f"--dict-out writes XLM-R's dict.txt: it needs --tokenizer xlmr_sentencepiece, not {writer.kind}"
+        )
     total = TokenizeStats()
     sources = [InputFile(path) for path in inputs]  # fail now if one is missing
     try:
@@ -239,10 +281,14 @@ def tokenize_files(
                                     total.first_without_tokens = f"{source.name}:{stats.first_without_tokens}"
                                 for name in ("lines", "empty", "tokens", "unknown", "no_tokens"):
                                     setattr(total, name, getattr(total, name) + getattr(stats, name))
+                                total.counts.update(stats.counts)
                         except UndecodableLine as error:
                             raise error.corpus_error([source]) from None
                         except CorpusError as error:  # "line N: ..." from a chunk: name the file
                             raise CorpusError(f"{source.name}:{str(error).removeprefix('line ')}") from None
+            if dict_out is not None:
+                with open(atomic.temporary(dict_out), "w", encoding="utf-8") as handle:
+                    handle.write(writer.xlmr_dictionary(total.counts))
             atomic.commit()
     finally:
         for source in sources:
@@ -261,7 +307,8 @@ def tokenize_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=prog,
         description=(
-            "Tokenize text files with BERT's WordPiece (vocab.txt) or ALBERT's SentencePiece (spiece.model): "
+            "Tokenize text files with BERT's WordPiece (vocab.txt), ALBERT's SentencePiece (spiece.model) or "
+            "XLM-R's SentencePiece (sentencepiece.bpe.model): "
             "one output line of space-separated tokens per input line, the input of fairseq-preprocess "
             "--only-source. Empty lines are kept (they separate documents for "
             "--task roberta_ext_sentence_pair_mlm); "
@@ -277,10 +324,24 @@ def tokenize_main(argv: Sequence[str] | None = None) -> int:
         "--tokenizer",
         required=True,
         choices=PIECE_TOKENIZERS,
-        help="wordpiece (BERT, --model vocab.txt) or sentencepiece (ALBERT, --model spiece.model)",
+        help="wordpiece (BERT, --model vocab.txt), sentencepiece (ALBERT, --model spiece.model) or "
+        "xlmr_sentencepiece (XLM-R, --model sentencepiece.bpe.model: fairseq's --bpe sentencepiece)",
     )
-    parser.add_argument("--model", required=True, metavar="FILE", help="vocab.txt or spiece.model")
-    parser.add_argument("--cased", action="store_true", help="keep the case (default: lowercase, as uncased models)")
+    parser.add_argument(
+        "--model", required=True, metavar="FILE", help="vocab.txt, spiece.model or sentencepiece.bpe.model"
+    )
+    parser.add_argument(
+        "--cased",
+        action="store_true",
+        help="keep the case (default: lowercase, as uncased models; xlmr_sentencepiece never lowercases)",
+    )
+    parser.add_argument(
+        "--dict-out",
+        metavar="FILE",
+        help="xlmr_sentencepiece only: also write XLM-R's dict.txt here, every piece of the model in its order "
+        "with its count in the outputs; fairseq-preprocess --srcdict FILE then gives the model XLM-R's indices "
+        "(those of transformers' XLMRobertaTokenizer, so that the trained model exports to transformers)",
+    )
     parser.add_argument(
         "--inputs",
         nargs="+",
@@ -312,10 +373,14 @@ def tokenize_main(argv: Sequence[str] | None = None) -> int:
             f"number of input and output paths should match: {len(args.inputs)} inputs, {len(args.outputs)} outputs"
         )
     progress = sys.stderr.isatty() if args.progress is None else args.progress
+    if args.dict_out is not None and args.tokenizer != "xlmr_sentencepiece":
+        parser.error("--dict-out writes XLM-R's dict.txt: it needs --tokenizer xlmr_sentencepiece")
 
     def body() -> int:
         writer = TokenWriter(args.tokenizer, model=args.model, cased=args.cased)
-        stats = tokenize_files(writer, args.inputs, args.outputs, workers=args.workers, progress=progress)
+        stats = tokenize_files(
+            writer, args.inputs, args.outputs, workers=args.workers, progress=progress, dict_out=args.dict_out
+        )
         message = (
             f"tokenized {stats.lines} lines ({stats.empty} empty) into {stats.tokens} tokens, "
             f"{stats.unknown} of them <unk>"

@@ -1,18 +1,18 @@
 """The model families, one module each, and the registry that finds them by name.
 
-Each family module (``roberta``, ``bert``, ``albert``, ``electra``, ``spanbert``) holds what is
+Each family module (``roberta``, ``bert``, ``albert``, ``electra``, ``spanbert``, ``xlmr``) holds what is
 its own — presets, tokenizer kind, pair layout, transformers names and config hooks,
 pretraining-only modules and heads, its fairseq architectures' extra defaults — in one
 :class:`Family` record called ``FAMILY``. Adding a family is a new module here and one
 ``register_family`` line below; see docs/adding-a-family.md.
 
 >>> [family.name for family in families()]
-['roberta', 'bert', 'albert', 'electra', 'spanbert']
+['roberta', 'bert', 'albert', 'electra', 'spanbert', 'xlmr']
 >>> get_family("albert").preset("base").share_layers
 'all'
 """
 
-from . import albert, bert, electra, roberta, spanbert
+from . import albert, bert, electra, roberta, spanbert, xlmr
 from .base import (
     SEQUENCE_HEAD,
     Family,
@@ -29,6 +29,7 @@ register_family(bert.FAMILY)
 register_family(albert.FAMILY)
 register_family(electra.FAMILY)
 register_family(spanbert.FAMILY)
+register_family(xlmr.FAMILY)
 
 __all__ = [
     "SEQUENCE_HEAD",

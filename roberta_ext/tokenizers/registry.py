@@ -1,17 +1,20 @@
 """The one place where a tokenizer kind (a string) chooses an implementation.
 
-Three kinds exist: ``gpt2`` (byte-level BPE, RoBERTa), ``wordpiece`` (BERT, ELECTRA, SpanBERT;
-fairseq's name for it is ``bert``) and ``sentencepiece`` (ALBERT). Each :class:`TokenizerKind`
-knows how to build its tokenizer for a fairseq checkpoint (over ``dict.txt``), how to read a
-transformers directory's tokenizer files, how to write them, and which files announce it in a
-model folder. Loading code asks :func:`get_kind` and never tests a kind's name itself.
+Four kinds exist: ``gpt2`` (byte-level BPE, RoBERTa), ``wordpiece`` (BERT, ELECTRA, SpanBERT;
+fairseq's name for it is ``bert``), ``sentencepiece`` (ALBERT's ``spiece.model``) and
+``xlmr_sentencepiece`` (XLM-R's ``sentencepiece.bpe.model``, fairseq's ``--bpe sentencepiece``).
+Each :class:`TokenizerKind` knows how to build its tokenizer for a fairseq checkpoint (over
+``dict.txt``), how to read a transformers directory's tokenizer files, how to write them, which
+files announce it in a model folder, and where each token of a text came from (word alignment).
+Loading code asks :func:`choose_kind` or :func:`get_kind` and never tests a kind's name itself.
+``bpe="sentencepiece"`` (fairseq's name) is XLM-R's kind or ALBERT's, as the model files say.
 
->>> get_kind("bert").name, get_kind("sentencepiece").files
-('wordpiece', ('spiece.model',))
+>>> get_kind("bert").name, get_kind("sentencepiece").files, get_kind("xlmr_sentencepiece").files
+('wordpiece', ('spiece.model',), ('sentencepiece.bpe.model',))
 >>> get_kind("char")
 Traceback (most recent call last):
 ...
-ValueError: bpe='char' is not supported; choose one of ('gpt2', 'bert', 'wordpiece', 'sentencepiece')
+ValueError: bpe='char' is not supported; choose one of ('gpt2', 'bert', 'wordpiece', 'sentencepiece', ...)
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, Protocol
 
 from .dictionary import Dictionary
 from .gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer, _read_encoder_json, _read_vocab_bpe, bytes_to_unicode
-from .pieces import PieceTokenizer
+from .pieces import PieceTokenizer, char_spans
 
 Tokenizer = FairseqGPT2Tokenizer | PieceTokenizer
 """What a hub holds: text <-> model indices (``encode``, ``decode``, ``dictionary``)."""
@@ -51,6 +54,12 @@ class TokenizerKind(Protocol):
     name: str
     files: tuple[str, ...]
     """Files whose presence in a model folder says the folder uses this kind."""
+    bpe_names: tuple[str, ...]
+    """The ``bpe=`` values that mean this kind (fairseq's ``--bpe`` names, and its own)."""
+    family: str | None
+    """The family of a fairseq checkpoint that names none but comes with this kind's files
+    (fairseq's XLM-R checkpoints are RoBERTa checkpoints with XLM-R's tokenizer); ``None``:
+    the checkpoint's own."""
 
     def given(self, files: TokenizerFiles) -> bool:
         """Whether the user named this kind's files explicitly."""
@@ -72,6 +81,10 @@ class TokenizerKind(Protocol):
         """Write the tokenizer files of a transformers directory; add to ``tokenizer_config.json``'s ``config``."""
         ...
 
+    def spans(self, tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
+        """For each token of ``tokenizer.encode(text)``, the characters ``text[start:end]`` it came from."""
+        ...
+
 
 def _specials(dictionary: Dictionary, mask_token: str) -> dict[str, str]:
     return {
@@ -89,6 +102,8 @@ class GPT2Kind:
 
     name = "gpt2"
     files: tuple[str, ...] = ("encoder.json", "vocab.bpe")
+    bpe_names: tuple[str, ...] = ("gpt2",)
+    family: str | None = None
 
     def given(self, files: TokenizerFiles) -> bool:
         return files.gpt2_encoder_json is not None
@@ -155,12 +170,22 @@ class GPT2Kind:
             cls_token=dictionary.bos_word,
         )
 
+    def spans(self, tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
+        # Byte-level BPE is lossless: the tokens' bytes are the text's UTF-8, in order. A token
+        # holding part of a character (half of a curly quote) covers that whole character.
+        assert isinstance(tokenizer, FairseqGPT2Tokenizer)
+        decoder = tokenizer.bpe.decoder  # a token's string has one symbol per byte
+        lengths = [len(decoder[token_id]) for token_id in tokenizer.bpe.encode(text)]
+        return char_spans(text, lengths)
+
 
 class WordPieceKind:
     """BERT's WordPiece over a ``vocab.txt`` (or a WordPiece ``tokenizer.json``)."""
 
     name = "wordpiece"
     files: tuple[str, ...] = ("vocab.txt",)
+    bpe_names: tuple[str, ...] = ("bert", "wordpiece")
+    family: str | None = None
 
     def given(self, files: TokenizerFiles) -> bool:
         return files.bpe_vocab_file is not None
@@ -214,15 +239,21 @@ class WordPieceKind:
             mask_token=mask_token,
         )
 
+    def spans(self, tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
+        assert isinstance(tokenizer, PieceTokenizer)
+        return tokenizer.spans(text)
+
 
 class SentencePieceKind:
     """ALBERT's SentencePiece model (``spiece.model``)."""
 
     name = "sentencepiece"
     files: tuple[str, ...] = ("spiece.model",)
+    bpe_names: tuple[str, ...] = ("sentencepiece",)
+    family: str | None = None
 
     def given(self, files: TokenizerFiles) -> bool:
-        return files.sentencepiece_model is not None
+        return files.sentencepiece_model is not None and not _is_xlmr_model(files.sentencepiece_model)
 
     def for_fairseq(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> Tokenizer:
         from .sentencepiece_tokenizer import SentencePieceTokenizer
@@ -261,28 +292,117 @@ class SentencePieceKind:
             tokenizer_class="AlbertTokenizer", do_lower_case=pieces.do_lower_case, keep_accents=pieces.keep_accents
         )
 
+    def spans(self, tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
+        assert isinstance(tokenizer, PieceTokenizer)
+        return tokenizer.spans(text)
 
-KINDS: dict[str, TokenizerKind] = {kind.name: kind for kind in (GPT2Kind(), WordPieceKind(), SentencePieceKind())}
+
+class XLMRSentencePieceKind:
+    """XLM-R's SentencePiece model (``sentencepiece.bpe.model``), read as fairseq's ``--bpe
+    sentencepiece`` reads it: pieces through ``dict.txt`` (fairseq), or XLM-R's id layout
+    (transformers' ``XLMRobertaTokenizer``: ``<s> <pad> </s> <unk>``, the pieces, ``<mask>``)."""
+
+    name = "xlmr_sentencepiece"
+    files: tuple[str, ...] = ("sentencepiece.bpe.model",)
+    bpe_names: tuple[str, ...] = ("sentencepiece", "xlmr_sentencepiece")
+    family: str | None = "xlmr"
+
+    def given(self, files: TokenizerFiles) -> bool:
+        return files.sentencepiece_model is not None and _is_xlmr_model(files.sentencepiece_model)
+
+    def for_fairseq(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> Tokenizer:
+        from .sentencepiece_tokenizer import XLMRSentencePiece
+
+        spm = Path(files.sentencepiece_model) if files.sentencepiece_model is not None else model_dir / self.files[0]
+        return PieceTokenizer(XLMRSentencePiece.from_file(spm), dictionary, "sentencepiece")
+
+    def from_transformers(
+        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+    ) -> Tokenizer:
+        from .sentencepiece_tokenizer import XLMRSentencePiece
+
+        if not (directory / self.files[0]).is_file():
+            raise FileNotFoundError(f"{str(directory)!r} has no {self.files[0]} (XLM-R's SentencePiece model)")
+        pieces = XLMRSentencePiece.from_file(directory / self.files[0], split_specials=True)
+        return PieceTokenizer.for_vocabulary(pieces, "sentencepiece")
+
+    def save_transformers(
+        self, tokenizer: Tokenizer, directory: Path, config: dict[str, Any], *, mask_token: str
+    ) -> None:
+        from .sentencepiece_tokenizer import XLMRSentencePiece
+
+        assert isinstance(tokenizer, PieceTokenizer) and isinstance(tokenizer.pieces, XLMRSentencePiece)
+        if not tokenizer.is_identity:
+            raise ValueError(
+                "transformers' XLMRobertaTokenizer numbers the pieces as XLM-R's dict.txt does (the model's "
+                "pieces in order); this model's dict.txt orders them otherwise. Train on data preprocessed with "
+                "the dict.txt that 'roberta-ext tokenize --tokenizer xlmr_sentencepiece --dict-out' writes"
+            )
+        (directory / self.files[0]).write_bytes(tokenizer.pieces.model_proto)
+        config.update(
+            tokenizer_class="XLMRobertaTokenizer",
+            **_specials(tokenizer.dictionary, mask_token),
+            sep_token="</s>",
+            cls_token="<s>",
+        )
+
+    def spans(self, tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
+        assert isinstance(tokenizer, PieceTokenizer)
+        return tokenizer.spans(text)
+
+
+KINDS: dict[str, TokenizerKind] = {
+    kind.name: kind for kind in (GPT2Kind(), WordPieceKind(), SentencePieceKind(), XLMRSentencePieceKind())
+}
 ALIASES = {"bert": "wordpiece"}  # fairseq's --bpe name for WordPiece
-BPE_CHOICES = ("gpt2", "bert", "wordpiece", "sentencepiece")
+BPE_CHOICES = ("gpt2", "bert", "wordpiece", "sentencepiece", "xlmr_sentencepiece")
 """The ``bpe=`` values ``from_pretrained`` accepts (fairseq's names, and ours)."""
 
 
 def get_kind(name: str) -> TokenizerKind:
-    """The kind called ``name`` (or fairseq's alias for it)."""
+    """The kind called ``name`` (or fairseq's alias for it); ``sentencepiece`` is ALBERT's here
+    (:func:`choose_kind` lets the files decide between ALBERT's and XLM-R's)."""
     if name not in BPE_CHOICES:
         raise ValueError(f"bpe={name!r} is not supported; choose one of {BPE_CHOICES}")
     return KINDS[ALIASES.get(name, name)]
 
 
+def choose_kind(bpe: str | None, model_dir: Path, files: TokenizerFiles, default: str) -> TokenizerKind:
+    """The kind of a fairseq checkpoint's folder: among the kinds ``bpe`` names (all when
+    ``None``), the one whose files the user gave, else the one whose files the folder holds,
+    else the kind ``bpe`` names first (``default``, the family's usual one, when ``bpe`` is None).
+
+    ``bpe="sentencepiece"`` is fairseq's name for XLM-R's tokenizer; here it also means ALBERT's:
+    a ``sentencepiece.bpe.model`` (or a ``sentencepiece_model`` with SentencePiece's default
+    ids ``<unk>, <s>, </s>``) is XLM-R's, a ``spiece.model`` ALBERT's.
+
+    >>> choose_kind("sentencepiece", Path("xlmr.base"), TokenizerFiles(), "gpt2").name   # doctest: +SKIP
+    'xlmr_sentencepiece'
+    """
+    if bpe is None:
+        return kind_for_folder(model_dir, files, default)
+    get_kind(bpe)  # a ValueError naming the choices
+    candidates = [kind for kind in KINDS.values() if bpe in kind.bpe_names or bpe == kind.name]
+    for kind in candidates:
+        if kind.given(files):
+            return kind
+    for kind in candidates:
+        if all((model_dir / name).is_file() for name in kind.files):
+            return kind
+    return get_kind(bpe)
+
+
 def kind_of(tokenizer: Tokenizer) -> TokenizerKind:
     """The kind of a tokenizer a hub holds."""
-    return KINDS["gpt2"] if isinstance(tokenizer, FairseqGPT2Tokenizer) else KINDS[tokenizer.kind]
+    if isinstance(tokenizer, FairseqGPT2Tokenizer):
+        return KINDS["gpt2"]
+    return KINDS[getattr(tokenizer.pieces, "kind", tokenizer.kind)]
 
 
 def kind_for_folder(model_dir: Path, files: TokenizerFiles, default: str) -> TokenizerKind:
     """The kind the user's arguments name, else the one whose files the folder holds (GPT-2
-    BPE, then ``vocab.txt``, then ``spiece.model``), else ``default`` (the family's usual one)."""
+    BPE, then ``vocab.txt``, then ``spiece.model``, then ``sentencepiece.bpe.model``), else
+    ``default`` (the family's usual one)."""
     for kind in KINDS.values():
         if kind.given(files):
             return kind
@@ -314,6 +434,21 @@ def _transformers_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> G
     return GPT2BPE(encoder, merges)
 
 
+def _is_xlmr_model(path: str | os.PathLike[str]) -> bool:
+    """Whether the SentencePiece model at ``path`` has spm_train's default ids (``<unk>``, ``<s>``,
+    ``</s>`` = 0, 1, 2: XLM-R's) rather than ALBERT's (``<pad>``, ``<unk>``, ``[CLS]``); False for a
+    file that is not there or not a SentencePiece model (the ALBERT kind then says what is wrong)."""
+    import sentencepiece
+
+    from .sentencepiece_tokenizer import SPM_DEFAULT_SPECIALS
+
+    try:
+        sp = sentencepiece.SentencePieceProcessor(model_file=os.fspath(path))
+    except (OSError, RuntimeError):
+        return False
+    return tuple(sp.id_to_piece(i) for i in range(min(3, sp.get_piece_size()))) == SPM_DEFAULT_SPECIALS
+
+
 def _local_or_download(path_or_url: str | os.PathLike[str], cache_dir: Any, offline: bool | None) -> Path:
     """A local file as it is; an http(s) URL fetched once into the cache (as fairseq's cached_path)."""
     from ..checkpoints import store
@@ -326,4 +461,13 @@ def _local_or_download(path_or_url: str | os.PathLike[str], cache_dir: Any, offl
     return Path(text)
 
 
-__all__ = ["BPE_CHOICES", "KINDS", "TokenizerFiles", "TokenizerKind", "get_kind", "kind_for_folder", "kind_of"]
+__all__ = [
+    "BPE_CHOICES",
+    "KINDS",
+    "TokenizerFiles",
+    "TokenizerKind",
+    "choose_kind",
+    "get_kind",
+    "kind_for_folder",
+    "kind_of",
+]

@@ -1,4 +1,6 @@
-"""ALBERT's tokenizer over a SentencePiece ``spiece.model``: the ids of transformers' slow ``AlbertTokenizer``.
+"""SentencePiece tokenizers: ALBERT's over a ``spiece.model`` (the ids of transformers' slow
+``AlbertTokenizer``), and XLM-R's over a ``sentencepiece.bpe.model`` (:class:`XLMRSentencePiece`:
+fairseq's ``--bpe sentencepiece``, the ids of fairseq's XLM-R and of transformers' ``XLMRobertaTokenizer``).
 
 ALBERT does not hand raw text to SentencePiece. transformers' sentencepiece-based
 ``AlbertTokenizer`` (transformers 4.x; transformers 5 only ships a ``tokenizers``-backed
@@ -44,15 +46,19 @@ from typing import Any
 import sentencepiece
 
 from .._io import write_bytes_atomic
+from .pieces import char_spans_of_bytes
 from .wordpiece import _lowercase_per_character  # transformers 4.x's per-character lowercasing
 
 __all__ = [
     "ALBERT_CONTROL_SYMBOLS",
     "ALBERT_USER_DEFINED_SYMBOLS",
+    "XLMR_SPECIALS",
     "SentencePieceFormatError",
     "SentencePieceTokenizer",
+    "XLMRSentencePiece",
     "preprocess_text",
     "train_sentencepiece",
+    "train_xlmr_sentencepiece",
 ]
 
 SPIECE_UNDERLINE = "▁"
@@ -284,14 +290,7 @@ class SentencePieceTokenizer:
         appears as itself (and encodes to ``<unk>``). Text that is not valid Unicode (a lone
         surrogate, such as ``"\\ud800"``, from a badly decoded file) raises ``ValueError``:
         SentencePiece reads UTF-8, which cannot hold it."""
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise ValueError(
-                f"text {text[max(0, error.start - 20) : error.end + 20]!r} has a lone surrogate at "
-                f"index {error.start} ({text[error.start]!r}): not valid Unicode, which "
-                "SentencePiece cannot tokenize"
-            ) from None
+        _check_utf8(text)
         pieces: list[str] = []
         for chunk, is_special in self._chunks(text):
             if is_special:
@@ -331,6 +330,215 @@ class SentencePieceTokenizer:
             f"{type(self).__name__}({self.source!r}, {self.vocab_size} pieces, "
             f"do_lower_case={self.do_lower_case}, keep_accents={self.keep_accents})"
         )
+
+
+# ---------------------------------------------------------------------------------------- XLM-R
+
+XLMR_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
+"""fairseq's four special symbols, indices 0-3 of every XLM-R model; ``<mask>`` comes last."""
+
+SPM_DEFAULT_SPECIALS = ("<unk>", "<s>", "</s>")
+"""Ids 0-2 of a SentencePiece model trained with ``spm_train``'s defaults, as XLM-R's is."""
+
+WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
+)
+"""Unicode's White_Space characters: what transformers' tokenizers (Rust) split words at."""
+
+
+class XLMRSentencePiece:
+    """XLM-R's tokenizer: a SentencePiece model (``sentencepiece.bpe.model``) used as fairseq's
+    ``--bpe sentencepiece`` uses it, with ids in XLM-R's layout (no ``<s>``/``</s>`` added).
+
+    Unlike ALBERT's, the text goes to SentencePiece as it is (SentencePiece normalizes it
+    itself, NFKC by default). The ids are XLM-R's: ``<s>``, ``<pad>``, ``</s>``, ``<unk>`` =
+    0-3, then SentencePiece's pieces from id 3 on shifted by one (fairseq's four specials
+    replace SentencePiece's ``<unk>``, ``<s>``, ``</s>``), and ``<mask>`` last — the layout of
+    XLM-R's ``dict.txt`` and of transformers' ``XLMRobertaTokenizer``. A piece the model cannot
+    spell (a character it never saw) is ``<unk>``.
+
+    Two readings of the same text, for the two places XLM-R models come from:
+
+    * fairseq's (``split_specials=False``): the pieces joined by spaces and split again at
+      every whitespace character, which is what ``dictionary.encode_line`` does with
+      ``bpe.encode(text)`` — a piece holding whitespace that SentencePiece's normalizer kept
+      (U+0085 under NFKC) is cut there, and whitespace alone vanishes. ``<mask>`` written in
+      the text is just text.
+    * transformers' (``split_specials=True``): ``<s>``, ``</s>``, ``<unk>``, ``<pad>`` and
+      ``<mask>`` written in the text are those tokens, and the text between them is split into
+      words at Unicode whitespace before SentencePiece sees it, as transformers'
+      ``XLMRobertaTokenizer`` does.
+
+    ``source`` names the model in error messages.
+
+    >>> import os, tempfile
+    >>> texts = ["Hello world!", "Bonjour le monde", "Hallo Welt", "你好，世界"] * 20
+    >>> model = train_xlmr_sentencepiece(texts, os.path.join(tempfile.mkdtemp(), "sentencepiece.bpe"), 60,
+    ...                                  hard_vocab_limit=False, num_threads=1)
+    >>> tok = XLMRSentencePiece.from_file(model)
+    >>> [tok.id_to_token(i) for i in range(5)], tok.id_to_token(tok.vocab_size - 1)
+    (['<s>', '<pad>', '</s>', '<unk>', '▁'], '<mask>')
+    >>> tok.tokenize("Hello <mask>")
+    ['▁H', 'el', 'l', 'o', '▁', '<', 'm', 'a', 'sk>']
+    >>> XLMRSentencePiece.from_file(model, split_specials=True).tokenize("Hello <mask>")
+    ['▁H', 'el', 'l', 'o', '<mask>']
+    >>> tok.tokens_with_spans("你好，世界")  # NFKC turned the full-width comma into ","
+    [('▁', 0, 0), ('你', 0, 1), ('好', 1, 2), (',', 2, 3), ('世界', 3, 5)]
+    >>> tok.encode("Hello world!")
+    [11, 12, 5, 6, 4, 26, 6, 9, 5, 8, 19]
+    """
+
+    cls_token, sep_token, pad_token, unk_token, mask_token = "<s>", "</s>", "<pad>", "<unk>", "<mask>"
+    do_lower_case = False
+    kind = "xlmr_sentencepiece"
+    """The tokenizer kind (``roberta_ext.tokenizers.registry``) that reads and writes this tokenizer."""
+
+    def __init__(
+        self, model_proto: bytes, *, split_specials: bool = False, source: str = "SentencePiece model"
+    ) -> None:
+        self.source = source
+        self.split_specials = split_specials
+        self.model_proto = model_proto
+        """The ``sentencepiece.bpe.model`` bytes, kept so that an export writes the very same model."""
+        try:
+            self.sp = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        except (RuntimeError, OSError, TypeError) as error:
+            raise SentencePieceFormatError(f"{source}: not a SentencePiece model ({error})") from None
+        first = tuple(self.sp.id_to_piece(i) for i in range(min(3, self.sp.get_piece_size())))
+        if first != SPM_DEFAULT_SPECIALS:
+            raise SentencePieceFormatError(
+                f"{source}: its first pieces are {list(first)}, not {list(SPM_DEFAULT_SPECIALS)}: XLM-R's "
+                "SentencePiece models have spm_train's default ids (<unk>=0, <s>=1, </s>=2); "
+                "an ALBERT spiece.model is read with bpe='sentencepiece' from a folder holding spiece.model"
+            )
+        pieces = [self.sp.id_to_piece(i) for i in range(3, self.sp.get_piece_size())]
+        self._tokens = [*XLMR_SPECIALS, *pieces, self.mask_token]
+        self._ids = {token: index for index, token in reversed(list(enumerate(self._tokens)))}  # first wins
+        self._special_ids = {token: self._ids[token] for token in (*XLMR_SPECIALS, self.mask_token)}
+        alternatives = "|".join(map(re.escape, sorted(self._special_ids, key=len, reverse=True)))
+        self._special_pattern = re.compile(f"({alternatives})")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, split_specials: bool = False) -> XLMRSentencePiece:
+        """Load a ``sentencepiece.bpe.model``. Raises ``FileNotFoundError`` for a missing file and
+        :class:`SentencePieceFormatError`, naming the file, for one that is not a SentencePiece
+        model or whose first ids are not ``<unk>``, ``<s>``, ``</s>``."""
+        try:
+            model_proto = Path(path).read_bytes()
+        except FileNotFoundError as error:
+            raise FileNotFoundError(error.errno, "SentencePiece model not found", str(path)) from None
+        return cls(model_proto, split_specials=split_specials, source=str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids: the model's pieces, ``<pad>`` and ``<mask>`` (250,002 for XLM-R)."""
+        return len(self._tokens)
+
+    def id_to_token(self, token_id: int) -> str:
+        """The token with id ``token_id``; ``IndexError`` naming it when out of range."""
+        if not 0 <= token_id < len(self._tokens):
+            raise IndexError(f"token id {token_id} is out of range for {self.source} ({len(self._tokens)} ids)")
+        return self._tokens[token_id]
+
+    def token_to_id(self, token: str) -> int:
+        """The id of ``token``; ``<unk>``'s (3) for a piece the model does not have."""
+        return self._ids.get(token, XLMR_SPECIALS.index(self.unk_token))
+
+    def __contains__(self, token: object) -> bool:
+        """Whether ``token`` has an id of its own (a piece that was never learned, such as an
+        unseen character, comes out of :meth:`tokenize` as itself but is ``<unk>``)."""
+        return token in self._ids
+
+    # ---------------------------------------------------------------- encoding
+
+    def _segments(self, text: str) -> Iterator[tuple[str, int, bool]]:
+        """``(text, offset, is_special)``: the whole text, or the text cut at the special tokens."""
+        if not self.split_specials:
+            yield text, 0, False
+            return
+        offset = 0
+        for i, part in enumerate(self._special_pattern.split(text)):
+            if part:
+                yield part, offset, bool(i % 2)
+            offset += len(part)
+
+    def _segment_tokens(self, text: str) -> list[str]:
+        """The pieces of text without special tokens."""
+        _check_utf8(text)
+        pieces = self.sp.encode(text, out_type=str)
+        # Whitespace that SentencePiece's normalizer keeps (U+0085 under NFKC) ends up in pieces.
+        if not self.split_specials:
+            # fairseq: " ".join(pieces), then encode_line splits at every whitespace character
+            # (str.split's set); a piece loses its whitespace, whitespace alone disappears.
+            return " ".join(pieces).split()
+        if WHITE_SPACE.isdisjoint("".join(pieces)):
+            return pieces
+        return self._word_by_word(text)
+
+    def _word_by_word(self, text: str) -> list[str]:
+        """transformers' reading of text whose normalized form holds whitespace other than spaces:
+        normalized, split into words at White_Space, one SentencePiece call per word."""
+        words = re.split(f"[{''.join(sorted(WHITE_SPACE))}{SPIECE_UNDERLINE}]+", self.sp.normalize(text))
+        return [piece for word in words if word for piece in self.sp.encode(word, out_type=str)]
+
+    def _segment_spans(self, text: str) -> list[tuple[str, int, int]]:
+        """:meth:`_segment_tokens` with the characters of ``text`` each piece came from."""
+        _check_utf8(text)
+        proto = self.sp.encode(text, return_type="proto").pieces  # with byte offsets into text
+        spans = char_spans_of_bytes(text, [(p.begin, p.end) for p in proto])
+        pieces = [(p.piece, start, end) for p, (start, end) in zip(proto, spans)]
+        if not self.split_specials:  # a piece cut at whitespace: each part keeps the piece's span
+            return [(part, start, end) for piece, start, end in pieces for part in piece.split()]
+        if WHITE_SPACE.isdisjoint("".join(piece for piece, _, _ in pieces)):
+            return pieces
+        whole = (min((start for _, start, _ in pieces), default=0), max((end for _, _, end in pieces), default=0))
+        return [(piece, *whole) for piece in self._word_by_word(text)]
+
+    def tokens_with_spans(self, text: str) -> list[tuple[str, int, int]]:
+        """``(piece, start, end)`` for each piece of :meth:`tokenize`: the characters
+        ``text[start:end]`` it was made from (empty for a ``▁`` that SentencePiece put before the
+        first word; a piece cut out of a longer one keeps the whole one's span).
+
+        >>> tok.tokens_with_spans("Hallo  Welt")                             # doctest: +SKIP
+        [('▁Hallo', 0, 5), ('▁Welt', 5, 11)]
+        """
+        out: list[tuple[str, int, int]] = []
+        for segment, offset, is_special in self._segments(text):
+            if is_special:
+                out.append((segment, offset, offset + len(segment)))
+            else:
+                out += [(piece, offset + start, offset + end) for piece, start, end in self._segment_spans(segment)]
+        return out
+
+    def tokenize(self, text: str) -> list[str]:
+        """The pieces of ``text`` (see the class for the two readings). Text that is not valid
+        Unicode (a lone surrogate) raises ``ValueError``."""
+        out: list[str] = []
+        for segment, _, is_special in self._segments(text):
+            if is_special:
+                out.append(segment)
+            else:
+                out += self._segment_tokens(segment)
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` in XLM-R's layout, without ``<s>``/``</s>``."""
+        ids, unk = self._ids, XLMR_SPECIALS.index(self.unk_token)
+        return [ids.get(piece, unk) for piece in self.tokenize(text)]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.source!r}, {self.vocab_size} ids, split_specials={self.split_specials})"
+
+
+def _check_utf8(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"text {text[max(0, error.start - 20) : error.end + 20]!r} has a lone surrogate at "
+            f"index {error.start} ({text[error.start]!r}): not valid Unicode, which "
+            "SentencePiece cannot tokenize"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------- training
@@ -376,7 +584,6 @@ def train_sentencepiece(
                 text = _lowercase_per_character(text)
             yield preprocess_text(text, do_lower_case=do_lower_case, keep_accents=keep_accents)
 
-    model = io.BytesIO()
     options: dict[str, Any] = dict(  # SentencePiece trainer flags of all kinds
         model_type=model_type,
         vocab_size=vocab_size,
@@ -391,8 +598,51 @@ def train_sentencepiece(
         minloglevel=0 if progress else 2,
     )
     options.update(trainer_options)
+    return _train(sentences(), model_prefix, options)
+
+
+def train_xlmr_sentencepiece(
+    texts: Iterable[str],
+    model_prefix: str | os.PathLike[str],
+    vocab_size: int,
+    *,
+    model_type: str = "unigram",
+    character_coverage: float = 0.9995,
+    num_threads: int | None = None,
+    progress: bool = False,
+    **trainer_options: object,
+) -> Path:
+    """Learn an XLM-R-style SentencePiece model from ``texts``; write ``<model_prefix>.model``
+    and ``.vocab`` (prefix ``sentencepiece.bpe`` gives XLM-R's file name).
+
+    XLM-R's conventions are ``spm_train``'s defaults: a unigram model over the text as it is
+    (NFKC-normalized by SentencePiece), ``<unk>`` = 0, ``<s>`` = 1, ``</s>`` = 2, no ``<pad>``
+    piece (:class:`XLMRSentencePiece` adds fairseq's). Each text is one training sentence;
+    ``trainer_options`` go to ``SentencePieceTrainer.train`` as they are. Both files are written
+    atomically. Raises ``ValueError`` with SentencePiece's reason when training fails.
+
+    >>> import os, tempfile
+    >>> model = train_xlmr_sentencepiece(["ab abc"] * 9, os.path.join(tempfile.mkdtemp(), "sentencepiece.bpe"),
+    ...                                  vocab_size=20, hard_vocab_limit=False)
+    >>> model.name, XLMRSentencePiece.from_file(model).tokenize("abc ab")
+    ('sentencepiece.bpe.model', ['▁abc', '▁ab'])
+    """
+    options: dict[str, Any] = dict(
+        model_type=model_type,
+        vocab_size=vocab_size,
+        character_coverage=character_coverage,
+        num_threads=num_threads or os.cpu_count() or 1,
+        minloglevel=0 if progress else 2,
+    )
+    options.update(trainer_options)
+    return _train(iter(texts), model_prefix, options)
+
+
+def _train(sentences: Iterator[str], model_prefix: str | os.PathLike[str], options: dict[str, Any]) -> Path:
+    """Train SentencePiece on ``sentences``; write ``<model_prefix>.model`` and ``.vocab`` atomically."""
+    model = io.BytesIO()
     try:
-        sentencepiece.SentencePieceTrainer.train(sentence_iterator=sentences(), model_writer=model, **options)
+        sentencepiece.SentencePieceTrainer.train(sentence_iterator=sentences, model_writer=model, **options)
     except RuntimeError as error:
         raise ValueError(f"SentencePiece training for {model_prefix} failed: {error}") from None
     processor = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())

@@ -274,6 +274,8 @@ def test_known_urls_match_fairseq() -> None:
     fairseq_dir = Path(spec.origin).parent
     roberta_source = (fairseq_dir / "models" / "roberta" / "model.py").read_text()
     hub_models = dict(re.findall(r'"(roberta\.[\w.]+)": "(http[^"]+)"', roberta_source))
+    xlmr_source = (fairseq_dir / "models" / "roberta" / "model_xlmr.py").read_text()
+    hub_models.update(re.findall(r'"(xlmr\.[\w.]+)": "(http[^"]+)"', xlmr_source))
     assert {name: model.url for name, model in KNOWN_MODELS.items()} == hub_models
 
     bpe_source = (fairseq_dir / "data" / "encoders" / "gpt2_bpe.py").read_text()

@@ -16,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "roberta_ext"
 NAMES = {family.name for family in families()}
 
 
-def test_the_five_families_are_registered_in_order():
-    assert [family.name for family in families()] == ["roberta", "bert", "albert", "electra", "spanbert"]
+def test_the_six_families_are_registered_in_order():
+    assert [family.name for family in families()] == ["roberta", "bert", "albert", "electra", "spanbert", "xlmr"]
 
 
 @pytest.mark.parametrize("family", families(), ids=lambda family: family.name)
@@ -59,6 +59,7 @@ def test_transformers_model_types_find_their_family():
         "bert": "bert",
         "albert": "albert",
         "electra": "electra",
+        "xlmr": "xlmr",
     }
     assert family_of_transformers("gpt2") is None
 
