@@ -7,8 +7,11 @@ Sections (``--only`` picks some; the default runs all, in this order):
             raw GPT-2 BPE against tiktoken and HF ``tokenizers``, single thread, same vocabulary
   features  ``extract_features`` at base shape (12 x 768, vocabulary 50265) against fairseq's hub
             and transformers' ``RobertaModel`` (SDPA), same weights; a full and a padded batch; bf16
+  paths     issue 14's paths: each attention strategy (masked, padded, per_sequence, nested, varlen)
+            on the padded batches against ``auto`` and transformers; the compiled inference path
+            (``compile=True``) against eager and transformers at 8 x 128, with its first call's cost
   train     ``fairseq-train`` words/s: ``--arch roberta_ext_base`` against fairseq's ``roberta_base``
-            at the same small config; masking's share of a training step
+            at the same small config, and ours with ``--bf16-autocast``; masking's share of a step
   load      a 24 x 1024 checkpoint: load time and peak RSS, ours against fairseq's loader
 
 Every contender gets the same weights and the same text. Contenders are timed in turns (ours,
@@ -28,9 +31,11 @@ With ``--device cuda`` the same sections run on the GPU: the matmul yardstick is
 (fp32 without TF32, as torch's default, and bf16); features are measured for the batches above
 and a larger one (64 x 512 full, and 64 rows of 8..512 tokens), in fp32 and in bf16 for all three
 contenders; training runs at base shape (12 x 768, 32 x 512 tokens) with ``--fp16`` (fairseq
-0.12's ``--bf16`` means a TPU: it sets ``--tpu``, and the trainer then asks for an XLA device). Every timed
-call ends with ``torch.cuda.synchronize()``. Tokenizing and loading stay on the CPU. The issue's
-targets were set for this 2-core CPU; GPU rows report figures and ratios without them.
+0.12's ``--bf16`` means a TPU: it sets ``--tpu``, and the trainer then asks for an XLA device), and
+ours again with ``--bf16-autocast`` instead. ``paths`` times the strategies in bf16 (where the varlen
+kernel runs) and fp32, and the compiled path with CUDA graphs. Every timed call ends with
+``torch.cuda.synchronize()``. Tokenizing and loading stay on the CPU. The targets of issue 4 were
+set for this 2-core CPU; GPU rows carry issue 14's targets where it set them.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-SECTIONS = ("machine", "tokenize", "features", "train", "load")
+SECTIONS = ("machine", "tokenize", "features", "paths", "train", "load")
 PAD, BASE_VOCAB = 1, 50265
 # fairseq and hydra log at INFO/DEBUG on import; only their warnings belong in our output.
 for _name in ("fairseq", "hydra"):
@@ -888,6 +893,226 @@ def features_bf16(ours: Any, tokens: torch.Tensor, scale: Scale) -> Section:
     return Section([row], {"seconds": timings, "speedup": speedup, "cosine_mean": mean, "cosine_min": low})
 
 
+# ---------------------------------------------------------------------------------- paths
+
+STRATEGIES = ("masked", "padded", "per_sequence", "nested", "varlen")
+"""The attention strategies compared (``roberta_ext.modeling.encoder.ATTENTION_STRATEGIES``
+without ``auto``, which is timed as ours)."""
+BF16_AUTOCAST = "ours_bf16_autocast"
+
+
+def bench_paths(scale: Scale, ws: Workspace) -> Section:
+    """Issue 14's code paths at base width: every attention strategy on the padded batches (fp32
+    on the CPU; bf16 and fp32 on a GPU, where the varlen kernel runs), against ``auto`` and
+    transformers; then the compiled inference path against eager and transformers at 8 x 128, with
+    the first call's cost (compiling the bucket)."""
+    from roberta_ext.modeling import EncoderConfig, RobertaModel
+
+    progress(f"paths: building ours and transformers ({scale.feature_layers} x 768, same weights)")
+    torch.manual_seed(0)
+    model = RobertaModel(EncoderConfig.preset("base", encoder_layers=scale.feature_layers)).eval()
+    hf = transformers_roberta(model.state_dict(), scale.feature_layers)
+    model.to(scale.device)
+    hf.to(scale.device)
+    generator = torch.Generator().manual_seed(0)
+    rows: list[Row] = []
+    data: dict[str, Any] = {"layers": scale.feature_layers, "device": scale.device, "strategies": {}, "compiled": {}}
+    dtypes = (torch.bfloat16, torch.float32) if scale.cuda else (torch.float32,)
+    for dtype in dtypes:
+        model.to(dtype)
+        hf.to(dtype)
+        for batch, length in scale.feature_shapes:
+            lengths = [length * (i + 1) // batch for i in range(batch)]
+            tokens = random_batch(lengths, generator).to(scale.device)
+            label = f"{precision_label(dtype)}, padded batch ({batch} rows, lengths {lengths[0]}..{length})"
+            run = strategies_on(label, model, hf, tokens, dtype, scale)
+            data["strategies"][f"{precision_label(dtype)}/{batch}x{length}"] = run
+            rows.append(strategies_row(label, run, target=scale.cuda and dtype == torch.bfloat16 and batch == 64))
+    for dtype in dtypes:
+        model.to(dtype)
+        hf.to(dtype)
+        tokens = random_batch([128] * 8, generator).to(scale.device)
+        run = compiled_on(f"{precision_label(dtype)}, full batch 8 x 128", model, hf, tokens, dtype, scale)
+        data["compiled"][precision_label(dtype)] = run
+        rows.append(compiled_row(f"{precision_label(dtype)}, full batch 8 x 128", run, scale))
+    return Section(rows, data)
+
+
+def precision_label(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
+def features_call(model: torch.nn.Module, tokens: torch.Tensor, strategy: str | None = None) -> Callable[[], object]:
+    """A call computing ``model``'s last-layer features of ``tokens`` (under ``strategy``)."""
+    from roberta_ext.modeling.encoder import attention_strategy
+
+    def call() -> torch.Tensor:
+        with torch.no_grad(), attention_strategy(strategy or "auto"):
+            return model(tokens, features_only=True)[0]
+
+    return call
+
+
+def hf_call(hf: Any, tokens: torch.Tensor) -> Callable[[], object]:
+    def call() -> torch.Tensor:
+        with torch.no_grad():
+            return hf(input_ids=tokens, attention_mask=tokens.ne(PAD)).last_hidden_state
+
+    return call
+
+
+def agreement(features: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> dict[str, float]:
+    """How ``features`` on the real tokens (N, C) agree with ``reference``; raises past the bounds
+    the features section uses (1e-3 in fp32, a cosine of 0.99 in bf16)."""
+    cosine = float(F.cosine_similarity(features.float(), reference.float(), dim=-1).min())
+    max_diff = float((features.float() - reference.float()).abs().max())
+    if (dtype == torch.float32 and max_diff > 1e-3) or cosine < 0.99:
+        raise AssertionError(f"features disagree with the masked path: max |diff| {max_diff}, min cosine {cosine}")
+    return {"max_abs_diff": max_diff, "cosine_min": cosine}
+
+
+def strategies_on(
+    label: str, model: Any, hf: Any, tokens: torch.Tensor, dtype: torch.dtype, scale: Scale
+) -> dict[str, Any]:
+    """Each attention strategy (where it runs: varlen needs CUDA and half precision) checked
+    against the masked path on real tokens, then timed in turns with ``auto`` (ours),
+    transformers and a matmul of ``dtype`` (the yardstick of the GFLOP/s)."""
+    real = tokens.ne(PAD)
+    lengths = real.sum(dim=1).tolist()
+    reference = features_call(model, tokens, "masked")()[real]
+    runnable = [s for s in STRATEGIES if s != "varlen" or (scale.cuda and dtype != torch.float32)]
+    checks = {s: agreement(features_call(model, tokens, s)()[real], reference, dtype) for s in runnable}
+    checks["transformers"] = agreement(hf_call(hf, tokens)()[real], reference, dtype)
+    progress(f"paths: {label}: {', '.join(runnable)} agree with the masked path; timing")
+    matmul_call, matmul_flops = matmul(4096 if scale.cuda else 2048, dtype, scale.device)
+    timings = alternate(
+        {
+            "ours": features_call(model, tokens),
+            **{s: features_call(model, tokens, s) for s in runnable},
+            "transformers": hf_call(hf, tokens),
+            "matmul": matmul_call,
+        },
+        scale.repeats,
+        scale.device,
+    )
+    matmul_rate = matmul_flops / timings.pop("matmul") / 1e9
+    flops = encoder_flops(lengths, scale.feature_layers)
+    progress(f"paths: {label}: " + ", ".join(f"{name} {ms(t)}" for name, t in timings.items()))
+    return {
+        "shape": list(tokens.shape),
+        "real_tokens": sum(lengths),
+        "dtype": str(dtype),
+        "seconds": timings,
+        "checks": checks,
+        "auto_chooses": auto_choice(model, tokens),
+        "matmul_gflops": matmul_rate,
+        "fraction_of_matmul": {name: flops / t / 1e9 / matmul_rate for name, t in timings.items()},
+        "not_run": [s for s in STRATEGIES if s not in runnable],
+    }
+
+
+def auto_choice(model: Any, tokens: torch.Tensor) -> str:
+    """What ``auto`` does with this batch: ``masked`` (not packed), or the packed strategy its
+    first attention call takes."""
+    from roberta_ext.modeling import encoder
+
+    chosen: list[str] = []
+    original = encoder.Packing.attention_for
+
+    def spy(self: Any, q: torch.Tensor, dropout_p: float) -> str:
+        chosen.append(original(self, q, dropout_p))
+        return chosen[-1]
+
+    encoder.Packing.attention_for = spy
+    try:
+        features_call(model, tokens)()
+    finally:
+        encoder.Packing.attention_for = original
+    return chosen[0] if chosen else "masked"
+
+
+def strategies_row(label: str, run: dict[str, Any], *, target: bool = False) -> Row:
+    """The row of one padded batch; ``target``: issue 14's for the bf16 64 x 512 batch on a GPU."""
+    seconds, fraction = run["seconds"], run["fraction_of_matmul"]
+    cells = [
+        f"{name} {ms(seconds[name])} ({100 * fraction[name]:.0f}%): {ratio(seconds[name], seconds['ours'])}"
+        for name in (*STRATEGIES, "transformers")
+        if name in seconds
+    ]
+    not_run = f"; not run here: {', '.join(run['not_run'])} (CUDA, fp16/bf16)" if run["not_run"] else ""
+    return Row(
+        f"attention strategies, {label}",
+        f"auto ({run['auto_chooses']}) {ms(seconds['ours'])}, {100 * fraction['ours']:.0f}% of "
+        f"{run['dtype'].removeprefix('torch.')} matmul on real tokens",
+        " · ".join(cells) + not_run,
+        ">= 1.6x transformers, >= 65% of bf16 matmul on real tokens" if target else "",
+        seconds["transformers"] / seconds["ours"] >= 1.6 and fraction["ours"] >= 0.65 if target else None,
+    )
+
+
+def compiled_on(
+    label: str, model: Any, hf: Any, tokens: torch.Tensor, dtype: torch.dtype, scale: Scale
+) -> dict[str, Any]:
+    """``compile_model`` (its default mode: CUDA graphs on a GPU, inductor's default on the CPU)
+    against the eager path and transformers: the first call (compiling the bucket, timed), the
+    agreement, then the three in turns."""
+    from roberta_ext.compiled import compile_model, uncompile_model
+
+    real = tokens.ne(PAD)
+    eager = features_call(model, tokens)
+    reference = eager()[real]
+    path = compile_model(model)
+    sync = torch.cuda.synchronize if scale.cuda else (lambda: None)
+    try:
+        progress(f"paths: compiling {label} (first call)")
+        start = time.perf_counter()
+        first = features_call(model, tokens)()
+        sync()
+        first_call = time.perf_counter() - start
+        checks = agreement(first[real], reference, dtype)
+        for _ in range(3):  # CUDA graphs record on a later call than the first
+            features_call(model, tokens)()
+        encoder = model.encoder.sentence_encoder
+
+        def eager_call() -> object:
+            encoder.inference_forward = None
+            try:
+                return eager()
+            finally:
+                encoder.inference_forward = path
+
+        timings = alternate(
+            {"ours": features_call(model, tokens), "eager": eager_call, "transformers": hf_call(hf, tokens)},
+            scale.repeats,
+            scale.device,
+        )
+    finally:
+        uncompile_model(model)
+    progress(f"paths: {label}: first call {first_call:.1f} s; " + ", ".join(f"{n} {ms(t)}" for n, t in timings.items()))
+    return {
+        "shape": list(tokens.shape),
+        "dtype": str(dtype),
+        "mode": path.mode_for(tokens.device),
+        "first_call_seconds": first_call,
+        "compile_seconds": {str(k): v for k, v in path.compile_seconds.items()},
+        "seconds": timings,
+        "checks": checks,
+    }
+
+
+def compiled_row(label: str, run: dict[str, Any], scale: Scale) -> Row:
+    seconds = run["seconds"]
+    mode = run["mode"] or "default"
+    target = ">= 2.5x transformers" if scale.cuda and run["dtype"] == "torch.bfloat16" else ""
+    return Row(
+        f"compiled inference (`compile=True`, mode {mode}), {label}",
+        f"{ms(seconds['ours'])}; first call {run['first_call_seconds']:.1f} s (compiling the bucket)",
+        f"{versus('eager', seconds, 'eager', ms)} · {versus('transformers', seconds, 'transformers', ms)}",
+        target,
+        seconds["transformers"] / seconds["ours"] >= 2.5 if target else None,
+    )
+
+
 # ---------------------------------------------------------------------------------- train
 
 
@@ -923,21 +1148,23 @@ def train_inner_records(log: str) -> list[dict[str, float]]:
     for line in log.splitlines():
         if "| train_inner |" in line and "{" in line:
             record = json.loads(line[line.index("{") :])
-            records.append({k: float(v) for k, v in record.items() if k in ("wps", "ups", "wpb", "num_updates")})
+            records.append(
+                {k: float(v) for k, v in record.items() if k in ("wps", "ups", "wpb", "num_updates", "loss")}
+            )
     return records
 
 
 def bench_train(scale: Scale, ws: Workspace) -> Section:
     """fairseq-train words/s: our plugin's model, task and criterion against fairseq's masked_lm at
-    the same config, in alternating runs; and masking's share of our training step."""
+    the same config, in alternating runs; ours again with ``--bf16-autocast`` (bf16 products under
+    fairseq's float32 trainer) instead of the precision flags; and masking's share of our step."""
     data = binarized_data(ws)
     layers, width = scale.train_shape
     batch, block = scale.train_batch
-    placement = [*scale.train_precision, *([] if scale.cuda else ["--cpu"])]
     common = [
         *fairseq_cli("train"),
         str(data),
-        *placement,
+        *([] if scale.cuda else ["--cpu"]),
         "--num-workers",
         "0",
         "--seed",
@@ -972,35 +1199,44 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
         str(block),
         *encoder_args(layers, width),
     ]
+    plugin = [
+        "--user-dir",
+        str(REPO / "roberta_ext"),
+        "--arch",
+        "roberta_ext_base",
+        "--task",
+        "roberta_ext_mlm",
+        "--criterion",
+        "roberta_ext_mlm",
+    ]
+    precision = list(scale.train_precision)
     commands = {
-        "ours": [
-            *common,
-            "--user-dir",
-            str(REPO / "roberta_ext"),
-            "--arch",
-            "roberta_ext_base",
-            "--task",
-            "roberta_ext_mlm",
-            "--criterion",
-            "roberta_ext_mlm",
-        ],
-        "fairseq": [*common, "--arch", "roberta_base", "--task", "masked_lm", "--criterion", "masked_lm"],
+        "ours": [*common, *precision, *plugin],
+        "fairseq": [*common, *precision, "--arch", "roberta_base", "--task", "masked_lm", "--criterion", "masked_lm"],
+        BF16_AUTOCAST: [*common, "--bf16-autocast", *plugin],
     }
     records: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
     run_wps: dict[str, list[float]] = {name: [] for name in commands}
+    last_loss: dict[str, list[float]] = {name: [] for name in commands}
     for run in range(scale.train_runs):
         for name, argv in commands.items():
             progress(f"train: {name}, run {run + 1} of {scale.train_runs} ({scale.train_updates} updates)")
             # The first logged interval holds start-up (first batches, allocator warm-up): dropped.
-            kept = train_inner_records(run_command(argv))[1:]
+            every = train_inner_records(run_command(argv))
+            kept = every[1:]
             records[name] += kept
             run_wps[name].append(statistics.median(r["wps"] for r in kept))
+            last_loss[name].append(every[-1]["loss"])
     wps = {name: statistics.median(r["wps"] for r in recs) for name, recs in records.items()}
     step_s = {name: statistics.median(r["wpb"] / r["wps"] for r in recs) for name, recs in records.items()}
     # The machine's speed drifts over minutes: each of our runs is compared with the fairseq run
     # right after it, and the median of those ratios is the figure.
     pair_ratios = [ours / theirs for ours, theirs in zip(run_wps["ours"], run_wps["fairseq"])]
     speedup = statistics.median(pair_ratios)
+    bf16_ratios = [ours / theirs for ours, theirs in zip(run_wps[BF16_AUTOCAST], run_wps["fairseq"])]
+    bf16_speedup = statistics.median(bf16_ratios)
+    bf16_over_ours = statistics.median(b / o for b, o in zip(run_wps[BF16_AUTOCAST], run_wps["ours"]))
+    loss = {name: statistics.mean(values) for name, values in last_loss.items()}
     progress(
         f"train: ours {wps['ours']:.0f} wps, fairseq {wps['fairseq']:.0f} wps; ratio per pair of runs "
         + ", ".join(f"{r:.2f}" for r in pair_ratios)
@@ -1011,6 +1247,7 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
         f"{layers} x {width}, {batch} x {block} tokens, {scale.train_updates} updates"
         f"{''.join(', ' + flag for flag in scale.train_precision)}, {'GPU' if scale.cuda else 'CPU'}"
     )
+    precision_name = " ".join(scale.train_precision) or "fp32"
     targets = not scale.cuda  # the issue's targets were set for the 2-core CPU
     rows = [
         Row(
@@ -1020,6 +1257,16 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
             f"{len(pair_ratios)} pairs of runs: {', '.join(f'{r:.2f}' for r in pair_ratios)})",
             ">= 1.1x fairseq" if targets else "",
             speedup >= 1.1 if targets else None,
+        ),
+        Row(
+            f"`fairseq-train --bf16-autocast` words/s (same config, {'no --fp16' if precision else 'bf16 products'})",
+            f"{wps[BF16_AUTOCAST]:.0f} wps ({bf16_over_ours:.2f}x ours with {precision_name}); loss at update "
+            f"{scale.train_updates}: {loss[BF16_AUTOCAST]:.3f} against ours {precision_name} {loss['ours']:.3f}, "
+            f"fairseq {loss['fairseq']:.3f}",
+            f"fairseq `roberta_base` with {precision_name} {wps['fairseq']:.0f} wps: **{bf16_speedup:.2f}x** "
+            f"(median of {len(bf16_ratios)} pairs of runs: {', '.join(f'{r:.2f}' for r in bf16_ratios)})",
+            ">= 1.8x fairseq --fp16, same loss within noise" if scale.cuda else "",
+            bf16_speedup >= 1.8 and abs(loss[BF16_AUTOCAST] - loss["fairseq"]) < 0.1 if scale.cuda else None,
         ),
         Row(
             "masking share of a training step",
@@ -1037,6 +1284,10 @@ def bench_train(scale: Scale, ws: Workspace) -> Section:
             "run_wps": run_wps,
             "pair_ratios": pair_ratios,
             "speedup": speedup,
+            "bf16_autocast_pair_ratios": bf16_ratios,
+            "bf16_autocast_speedup": bf16_speedup,
+            "bf16_autocast_over_ours": bf16_over_ours,
+            "last_loss": last_loss,
             "step_seconds": step_s,
             "records": len(records["ours"]),
             "masking_seconds": masking_s,
@@ -1232,6 +1483,7 @@ BENCHMARKS: dict[str, Callable[[Scale, Workspace], Section]] = {
     "machine": bench_machine,
     "tokenize": bench_tokenize,
     "features": bench_features,
+    "paths": bench_paths,
     "train": bench_train,
     "load": bench_load,
 }

@@ -117,6 +117,15 @@ class EncoderConfig:
         "classification head has its own dense layer",
     )
 
+    # ---- how fairseq-train runs the model (the hub ignores these) ----
+
+    bf16_autocast: bool = option(
+        False,
+        "fairseq-train only: run the model's forward under torch.autocast in bfloat16 while the trainer, "
+        "the weights, the optimizer and the losses stay float32 (no loss scaling); for GPUs and CPUs with "
+        "bf16 matmuls, instead of --fp16 (fairseq's --bf16 means a TPU); not with --fp16, --bf16 or --amp",
+    )
+
     def __post_init__(self) -> None:
         if self.encoder_embed_dim % self.encoder_attention_heads:
             raise ValueError(

@@ -8,8 +8,12 @@ loads in fairseq, without renaming a single key. Unlike fairseq, tensors are bat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache, cached_property
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -116,23 +120,152 @@ class MultiheadSelfAttention(nn.Module):
         # sequences, so no projection or feed-forward FLOP is spent on padding.
         q, k, v = (proj(x).view(-1, self.num_heads, self.head_dim) for proj in (self.q_proj, self.k_proj, self.v_proj))
         dropout_p = self.dropout if self.training else 0.0
-        attend = per_sequence_attention if packing.per_sequence else padded_attention
+        attend = PACKED_ATTENTION[packing.attention_for(q, dropout_p)]
         return self.out_proj(attend(q, k, v, packing, dropout_p).reshape(-1, self.embed_dim))
+
+
+# ----------------------------------------------------------------------------- attention strategies
+
+ATTENTION_STRATEGIES = ("auto", "masked", "padded", "per_sequence", "nested", "varlen")
+"""How the encoder attends over a batch with padding:
+
+* ``masked``: no packing; every layer runs on the padded (B, T) batch, padded keys masked out;
+* ``padded``: the layers run on the real tokens packed back to back (N, C); the attention gets
+  its padding back for one masked SDPA call over the batch (:func:`padded_attention`);
+* ``per_sequence``: packed; one SDPA call per sequence (:func:`per_sequence_attention`);
+* ``nested``: packed; one SDPA call over a nested jagged tensor (:func:`nested_attention`);
+* ``varlen``: packed; torch's variable-length flash kernel (:func:`varlen_attention`; CUDA,
+  fp16/bf16, no attention dropout);
+* ``auto`` (the default): :func:`should_pack` decides whether to pack, and each attention call
+  takes ``per_sequence`` on the CPU, ``varlen`` on CUDA in fp16/bf16 without attention dropout,
+  else ``padded``.
+
+A batch without padding always runs unpacked and unmasked. Choose with :func:`set_attention`,
+:func:`attention_strategy` (a ``with`` block) or the environment variable
+``ROBERTA_EXT_ATTENTION``; the benchmarks compare them (``benchmarks/run.py``, section ``paths``)."""
+
+ATTENTION_ENV = "ROBERTA_EXT_ATTENTION"
+"""Environment variable naming one of :data:`ATTENTION_STRATEGIES`, read when
+:func:`set_attention` has not chosen one."""
+
+_chosen_attention: str | None = None
+
+
+def _checked_strategy(strategy: str, source: str) -> str:
+    if strategy not in ATTENTION_STRATEGIES:
+        raise ValueError(f"{source}={strategy!r} is not an attention strategy; choose one of {ATTENTION_STRATEGIES}")
+    return strategy
+
+
+def get_attention() -> str:
+    """The attention strategy in force: :func:`set_attention`'s choice, else
+    ``$ROBERTA_EXT_ATTENTION``, else ``auto``.
+
+    >>> get_attention()
+    'auto'
+    """
+    if _chosen_attention is not None:
+        return _chosen_attention
+    return _checked_strategy(os.environ.get(ATTENTION_ENV, "auto") or "auto", ATTENTION_ENV)
+
+
+def set_attention(strategy: str | None) -> str | None:
+    """Choose how every encoder attends over padded batches (one of :data:`ATTENTION_STRATEGIES`;
+    ``None``: back to ``$ROBERTA_EXT_ATTENTION`` or ``auto``). Returns the previous choice.
+
+    >>> previous = set_attention("masked")
+    >>> get_attention()
+    'masked'
+    >>> set_attention(previous)
+    'masked'
+    """
+    global _chosen_attention
+    previous = _chosen_attention
+    _chosen_attention = None if strategy is None else _checked_strategy(strategy, "attention strategy")
+    return previous
+
+
+@contextmanager
+def attention_strategy(strategy: str) -> Iterator[None]:
+    """:func:`set_attention` for a ``with`` block.
+
+    >>> with attention_strategy("per_sequence"):
+    ...     get_attention()
+    'per_sequence'
+    """
+    previous = set_attention(strategy)
+    try:
+        yield
+    finally:
+        set_attention(previous)
+
+
+PACKED_STRATEGIES = ("padded", "per_sequence", "nested", "varlen")
+"""The strategies that run the layers on packed tokens (see :class:`Packing`)."""
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def varlen_suits(q: torch.Tensor, dropout_p: float) -> bool:
+    """Whether torch's variable-length flash kernel takes these packed (N, H, D) queries: CUDA,
+    fp16 or bf16 (under autocast too: the projections' output dtype), no attention dropout (the
+    kernel has none), a head size flash supports (a multiple of 8, at most 256).
+
+    >>> varlen_suits(torch.zeros(4, 2, 64), 0.0)    # the CPU
+    False
+    """
+    head_dim = q.shape[-1]
+    return (
+        q.is_cuda and q.dtype in _HALF and dropout_p == 0.0 and head_dim % 8 == 0 and head_dim <= 256 and _has_varlen()
+    )
+
+
+@cache
+def _has_varlen() -> bool:
+    """Whether this torch has ``torch.nn.attention.varlen`` (torch 2.13 has), without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch.nn.attention.varlen") is not None
 
 
 @dataclass(frozen=True)
 class Packing:
     """Where the real tokens of a padded (B, T) batch lie once packed back to back into (N, ...):
-    row b's real tokens, in order, are the b-th run (left or right padding alike)."""
+    row b's real tokens, in order, are the b-th run (left or right padding alike). Computed once
+    per batch and shared by every layer.
+
+    >>> packing = Packing.from_padding_mask(torch.tensor([[False, False, True], [True, False, False]]))
+    >>> packing.seq_lens, packing.cu_seqlens.tolist(), packing.max_len
+    ([2, 2], [0, 2, 4], 2)
+    """
 
     padding_mask: torch.Tensor  # (B, T), True on padding
     keep: torch.Tensor  # (N,) positions of the real tokens in the flattened (B * T)
-    seq_lens: list[int]  # the runs' lengths, on the host
+    lengths: torch.Tensor  # (B,) the runs' lengths, on the batch's device
+    seq_lens: list[int]  # the same, on the host
+    max_len: int  # the longest run
+    strategy: str = "auto"  # one of PACKED_STRATEGIES, or "auto": chosen per attention call
 
     @classmethod
-    def from_padding_mask(cls, padding_mask: torch.Tensor) -> Packing:
+    def from_padding_mask(cls, padding_mask: torch.Tensor, strategy: str = "auto") -> Packing:
         real = ~padding_mask
-        return cls(padding_mask, real.flatten().nonzero().squeeze(1), real.sum(dim=1).tolist())
+        lengths = real.sum(dim=1)  # (B,)
+        seq_lens = lengths.tolist()
+        keep = real.flatten().nonzero().squeeze(1)
+        return cls(padding_mask, keep, lengths, seq_lens, max(seq_lens, default=0), strategy)
+
+    @cached_property
+    def cu_seqlens(self) -> torch.Tensor:
+        """(B + 1,) int32 on the batch's device: run b is ``packed[cu[b]:cu[b + 1]]`` (the varlen
+        kernel's cumulative sequence lengths). Computed on first use, once per batch: the CPU's
+        per-sequence attention does without it."""
+        return F.pad(self.lengths.cumsum(0, dtype=torch.int32), (1, 0))
+
+    @cached_property
+    def offsets(self) -> torch.Tensor:
+        """``cu_seqlens`` as int64: the offsets of a nested jagged tensor. One tensor per batch,
+        so that every layer's nested tensors share one ragged dimension."""
+        return self.cu_seqlens.long()
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...), the real tokens only."""
@@ -144,13 +277,17 @@ class Packing:
         out = packed.new_zeros(batch * length, *packed.shape[1:]).index_copy(0, self.keep, packed)
         return out.view(batch, length, *packed.shape[1:])
 
-    @property
-    def per_sequence(self) -> bool:
-        """Whether to attend with one call per sequence (the CPU, whose fused kernel takes dense
-        inputs and costs little per call), rather than one masked call over the batch with the
-        padding restored for the attention alone (GPUs, where a call per sequence is a kernel
-        launch per sequence and layer: slower than attending over padding)."""
-        return not self.padding_mask.is_cuda
+    def attention_for(self, q: torch.Tensor, dropout_p: float) -> str:
+        """The packed strategy for one attention call over packed queries ``q`` (N, H, D): the
+        chosen one, or under ``auto`` one call per sequence on the CPU (whose fused kernel takes
+        dense inputs and costs little per call), the varlen flash kernel on CUDA where it applies
+        (:func:`varlen_suits`), else the padding restored for one masked call (on a GPU a call per
+        sequence is a kernel launch per sequence and layer: slower than attending over padding)."""
+        if self.strategy != "auto":
+            return self.strategy
+        if not q.is_cuda:
+            return "per_sequence"
+        return "varlen" if varlen_suits(q, dropout_p) else "padded"
 
 
 def per_sequence_attention(
@@ -180,6 +317,64 @@ def padded_attention(
     attn_mask = ~packing.padding_mask[:, None, None, :]  # (B, 1, 1, T), True where a key may be attended
     out = attention(padded(q), padded(k), padded(v), attn_mask, dropout_p)
     return packing.pack(out.transpose(1, 2))
+
+
+def nested_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+) -> torch.Tensor:
+    """Packed (N, H, D) -> (N, H, D) in one SDPA call over nested jagged tensors (B, H, j, D):
+    the packed tensors are their values as they are, ``packing.offsets`` their offsets. On CUDA
+    SDPA takes its flash or memory-efficient kernel; on the CPU it attends sequence by sequence
+    in Python (several times slower than :func:`per_sequence_attention`). Dropout is
+    ``F.scaled_dot_product_attention``'s own."""
+
+    def nested(t: torch.Tensor) -> torch.Tensor:  # (N, H, D) -> (B, H, j, D)
+        jagged = torch.nested.nested_tensor_from_jagged(
+            t, packing.offsets, min_seqlen=min(packing.seq_lens), max_seqlen=packing.max_len
+        )
+        return jagged.transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p)
+    return out.transpose(1, 2).values()  # (N, H, D)
+
+
+def varlen_kernel() -> Callable[..., Any]:
+    """torch's ``torch.nn.attention.varlen.varlen_attn`` (flash attention over packed sequences),
+    imported on first use: importing it imports ``torch._dynamo``, over a second."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return varlen_attn
+
+
+def varlen_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+) -> torch.Tensor:
+    """Packed (N, H, D) -> (N, H, D) by torch's variable-length flash kernel, which takes the packed
+    tensors as they are with ``packing.cu_seqlens`` and ``packing.max_len``: no padding anywhere.
+    CUDA, fp16/bf16 and no attention dropout only (:func:`varlen_suits`)."""
+    if dropout_p:
+        raise ValueError(
+            f"the varlen attention kernel has no dropout, but attention dropout is {dropout_p} in training: "
+            "use --attention-dropout 0, or another attention strategy"
+        )
+    kernel = varlen_kernel()
+    cu, longest = packing.cu_seqlens, packing.max_len
+    try:
+        return kernel(q, k, v, cu, cu, longest, longest, scale=q.shape[-1] ** -0.5)
+    except (NotImplementedError, RuntimeError) as error:
+        raise ValueError(
+            f"varlen attention runs torch's flash kernel, which needs CUDA and fp16/bf16 inputs with a head size "
+            f"that is a multiple of 8 up to 256; got {q.device.type}, {q.dtype}, head size {q.shape[-1]} ({error})"
+        ) from error
+
+
+PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {
+    "padded": padded_attention,
+    "per_sequence": per_sequence_attention,
+    "nested": nested_attention,
+    "varlen": varlen_attention,
+}
+"""Packed strategy -> ``f(q, k, v, packing, dropout_p)``, (N, H, D) in and out."""
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -227,11 +422,17 @@ CUDA_PACKING_MIN_SLOTS = 8192
 kernel launches, not FLOPs, and packing adds launches. Measured at base shape in fp32 on an
 H100: an 8 x 128 batch (1024 slots) with 44% padding took 10.9 ms packed against 7.2 ms
 unpacked; a 64 x 512 batch (32768 slots) with 49% padding 88 ms packed against 143 ms for a
-full batch of that shape."""
+full batch of that shape. Measured with :func:`padded_attention`; whether the varlen kernel
+(bf16) moves this threshold is left to the GPU measurement of issue 14."""
 
 
 def should_pack(padding_mask: torch.Tensor) -> bool:
-    """Whether the encoder runs the layers on the real tokens only (see :class:`Packing`)."""
+    """Whether the encoder runs the layers on the real tokens only (see :class:`Packing`), under
+    the ``auto`` attention strategy.
+
+    >>> should_pack(torch.tensor([[False, False, True, True]]))   # half padding, on the CPU
+    True
+    """
     if padding_mask.is_cuda and padding_mask.numel() < CUDA_PACKING_MIN_SLOTS:
         return False
     return float(padding_mask.float().mean()) >= PACKING_MIN_PADDING
@@ -294,6 +495,9 @@ class TransformerEncoder(nn.Module):
         # fairseq keeps a format version in every TransformerEncoder state dict; keeping it
         # here too lets state dicts move between the two with strict loading on both sides.
         self.register_buffer("version", torch.Tensor([3]))
+        self.inference_forward: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]] | None = None
+        """Set by :func:`roberta_ext.compiled.compile_model`: in eval mode, ``forward`` hands its
+        arguments to it (the compiled, shape-bucketed :meth:`forward_masked`)."""
 
     def max_positions(self) -> int:
         return self.embed_positions.max_positions
@@ -303,10 +507,51 @@ class TransformerEncoder(nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """``tokens``: (B, T) indices; ``segment_labels``: (B, T) segment ids for models with
         segment embeddings (default: all 0). Returns the last layer's features (B, T, C) and,
-        when ``return_all_hiddens``, the embedding output followed by every layer's output."""
+        when ``return_all_hiddens``, the embedding output followed by every layer's output.
+        How a batch with padding is attended: :data:`ATTENTION_STRATEGIES`."""
+        if self.inference_forward is not None and not self.training:
+            return self.inference_forward(tokens, return_all_hiddens, segment_labels)
+        return self.forward_eager(tokens, return_all_hiddens, segment_labels)
+
+    def forward_eager(
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False, segment_labels: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """:meth:`forward` without a compiled inference path."""
         padding_mask = tokens.eq(self.padding_idx)  # (B, T), True on padding
         has_pads = bool(padding_mask.any())
+        x = self.embed(tokens, segment_labels)  # (B, T, C)
+        if not has_pads:
+            return self._layers(x, None, return_all_hiddens)
+        # fairseq zeroes padded positions once after the embeddings; do the same so that
+        # every returned hidden state matches it position for position.
+        x = x * (~padding_mask).unsqueeze(-1).type_as(x)
+        strategy = get_attention()
+        if strategy in PACKED_STRATEGIES or (strategy == "auto" and should_pack(padding_mask)):
+            return self._forward_packed(x, padding_mask, return_all_hiddens, strategy)
+        return self._layers(x, (~padding_mask)[:, None, None, :], return_all_hiddens)  # mask (B, 1, 1, T)
 
+    def forward_masked(
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False, segment_labels: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """:meth:`forward` with every layer on the whole (B, T) batch and padded keys masked out,
+        whatever the padding: no branch on the data and no host synchronisation, so that
+        ``torch.compile`` captures it in one graph per shape (:mod:`roberta_ext.compiled`). Equal
+        to :meth:`forward` on real tokens. A row with no real token gets no defined output.
+
+        >>> from roberta_ext.modeling import RobertaModel
+        >>> encoder = RobertaModel(EncoderConfig.preset("tiny")).eval().encoder.sentence_encoder
+        >>> tokens = torch.tensor([[0, 5, 6, 2], [0, 7, 2, 1]])
+        >>> torch.allclose(encoder.forward_masked(tokens)[0][1, :3], encoder(tokens)[0][1, :3], atol=1e-6)
+        True
+        """
+        padding_mask = tokens.eq(self.padding_idx)  # (B, T), True on padding
+        x = self.embed(tokens, segment_labels)  # (B, T, C)
+        x = x * (~padding_mask).unsqueeze(-1).type_as(x)
+        return self._layers(x, (~padding_mask)[:, None, None, :], return_all_hiddens)
+
+    def embed(self, tokens: torch.Tensor, segment_labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The embeddings of (B, T) ``tokens``: token + position (+ segment) embeddings, normalised,
+        dropped out and projected to the layers' width: (B, T, C)."""
         x = self.embed_tokens(tokens) + self.embed_positions(tokens)  # (B, T, E)
         if self.segment_embeddings is not None:
             if segment_labels is None:
@@ -318,14 +563,12 @@ class TransformerEncoder(nn.Module):
         x = self.dropout(x)
         if self.embed_proj is not None:
             x = self.embed_proj(x)  # (B, T, C)
-        if has_pads:
-            # fairseq zeroes padded positions once after the embeddings; do the same so that
-            # every returned hidden state matches it position for position.
-            x = x * (~padding_mask).unsqueeze(-1).type_as(x)
-        if has_pads and should_pack(padding_mask):
-            return self._forward_packed(x, padding_mask, return_all_hiddens)
+        return x
 
-        attn_mask = (~padding_mask)[:, None, None, :] if has_pads else None  # (B, 1, 1, T)
+    def _layers(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, return_all_hiddens: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The layer stack on (B, T, C) with ``attn_mask`` (B, 1, 1, T) or None (no padding)."""
         hiddens = [x] if return_all_hiddens else []
         for layer in self.layers:
             x = layer(x, attn_mask)
@@ -336,11 +579,11 @@ class TransformerEncoder(nn.Module):
         return x, hiddens
 
     def _forward_packed(
-        self, x: torch.Tensor, padding_mask: torch.Tensor, return_all_hiddens: bool
+        self, x: torch.Tensor, padding_mask: torch.Tensor, return_all_hiddens: bool, strategy: str = "auto"
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The layer stack on real tokens only: (B, T, C) is packed to (N, C), and every output
         is scattered back to (B, T, C) with zeros at padding positions."""
-        packing = Packing.from_padding_mask(padding_mask)
+        packing = Packing.from_padding_mask(padding_mask, strategy)
         packed = packing.pack(x)  # (N, C)
         hiddens = [x] if return_all_hiddens else []
         for layer in self.layers:
@@ -372,13 +615,17 @@ def init_bert_params(module: nn.Module) -> None:
 
 
 __all__ = [
+    "ATTENTION_STRATEGIES",
     "AbsolutePositionalEmbedding",
     "LearnedPositionalEmbedding",
     "build_layers",
     "MultiheadSelfAttention",
     "TransformerEncoder",
     "TransformerEncoderLayer",
+    "attention_strategy",
     "get_activation_fn",
+    "get_attention",
     "init_bert_params",
     "make_positions",
+    "set_attention",
 ]

@@ -176,38 +176,38 @@ def test_register_head_rejects_bad_arguments():
         model.register_classification_head("a.b", num_classes=2)
 
 
-@pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "padded-attention"])
+@pytest.mark.parametrize("strategy", ["per_sequence", "padded", "auto"])
 @pytest.mark.parametrize("pre_ln", [False, True])
-def test_packed_path_equals_masked_path_on_real_tokens(monkeypatch, pre_ln, per_sequence):
+def test_packed_path_equals_masked_path_on_real_tokens(pre_ln, strategy):
     """Batches with enough padding skip it (tokens packed; attention per sequence on CPU, padded
     back for one masked call on CUDA); the result on real tokens must equal the masked full-batch
     computation, hidden states included."""
     from roberta_ext.modeling import encoder
 
-    monkeypatch.setattr(encoder.Packing, "per_sequence", property(lambda self: per_sequence))
     model = tiny(encoder_normalize_before=pre_ln)
     batch = random_tokens([12, 3, 7, 12, 5])
     real = batch.ne(PAD)
     assert real.float().mean() < 1 - encoder.PACKING_MIN_PADDING  # packs by default
     with torch.no_grad():
-        packed, extra_p = model(batch, features_only=True, return_all_hiddens=True)
-        monkeypatch.setattr(encoder, "PACKING_MIN_PADDING", 2.0)  # never pack
-        masked, extra_m = model(batch, features_only=True, return_all_hiddens=True)
+        with encoder.attention_strategy(strategy):
+            packed, extra_p = model(batch, features_only=True, return_all_hiddens=True)
+        with encoder.attention_strategy("masked"):  # never pack
+            masked, extra_m = model(batch, features_only=True, return_all_hiddens=True)
     torch.testing.assert_close(packed[real], masked[real], atol=1e-5, rtol=1e-5)
     for hp, hm in zip(extra_p["inner_states"], extra_m["inner_states"], strict=True):
         torch.testing.assert_close(hp[real], hm[real], atol=1e-5, rtol=1e-5)
     assert packed[~real].abs().sum() == 0  # padding positions come back as zeros
 
 
-@pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "padded-attention"])
-def test_packed_path_trains(monkeypatch, per_sequence):
+@pytest.mark.parametrize("strategy", ["per_sequence", "padded"])
+def test_packed_path_trains(strategy):
     from roberta_ext.modeling import encoder
 
-    monkeypatch.setattr(encoder.Packing, "per_sequence", property(lambda self: per_sequence))
     model = tiny()
     model.train()
     batch = random_tokens([10, 2, 6])
-    logits, _ = model(batch)
+    with encoder.attention_strategy(strategy):
+        logits, _ = model(batch)
     logits[batch.ne(PAD)].logsumexp(-1).sum().backward()
     grad = model.encoder.sentence_encoder.layers[0].self_attn.q_proj.weight.grad
     assert grad is not None and grad.abs().sum() > 0

@@ -1,0 +1,233 @@
+"""The attention strategies of the encoder (roberta_ext.modeling.encoder.ATTENTION_STRATEGIES):
+every packed strategy equals the masked full-batch computation on real tokens. The varlen flash
+kernel is CUDA-only: on the CPU its wiring (cumulative lengths, longest run, scale, layout) is
+checked against a reference built from per-sequence SDPA; the real kernel is checked where CUDA
+is present."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.modeling import encoder as enc
+
+PAD = 1
+LENGTHS = [12, 1, 7, 12, 3, 1]  # length-1 rows, and full-length rows of the padded width
+CUDA = torch.cuda.is_available()
+
+
+def tiny(**overrides) -> RobertaModel:
+    torch.manual_seed(0)
+    return RobertaModel(EncoderConfig.preset("tiny", **overrides)).eval()
+
+
+def batch_of(lengths: list[int], *, left: bool = False, vocab: int = 64) -> torch.Tensor:
+    """``<s> ... </s>`` rows of the given lengths (a length-1 row is ``<s>`` alone), padded on
+    the right or the left."""
+    generator = torch.Generator().manual_seed(len(lengths))
+    tokens = torch.full((len(lengths), max(lengths)), PAD)
+    for i, n in enumerate(lengths):
+        row = torch.randint(4, vocab, (n,), generator=generator)
+        row[0] = 0
+        if n > 1:
+            row[-1] = 2
+        if left:
+            tokens[i, tokens.size(1) - n :] = row
+        else:
+            tokens[i, :n] = row
+    return tokens
+
+
+def features(model: RobertaModel, tokens: torch.Tensor, strategy: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    with torch.no_grad(), enc.attention_strategy(strategy):
+        out, extra = model(tokens, features_only=True, return_all_hiddens=True)
+    return out, extra["inner_states"]
+
+
+def reference_varlen(calls: list[dict]):
+    """A stand-in for ``torch.nn.attention.varlen.varlen_attn`` from per-sequence SDPA: it checks
+    the arguments the encoder passes and attends over the runs that ``cu_seq_q`` delimits."""
+
+    def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None):
+        assert query.dim() == key.dim() == value.dim() == 3  # packed (N, H, D)
+        assert query.shape == key.shape == value.shape
+        assert cu_seq_q.dtype == torch.int32 and cu_seq_q.device == query.device
+        assert torch.equal(cu_seq_q, cu_seq_k) and cu_seq_q[0] == 0 and int(cu_seq_q[-1]) == query.size(0)
+        runs = cu_seq_q.diff().tolist()
+        assert max_q == max_k == max(runs)
+        calls.append({"runs": runs, "max_len": max_q, "scale": scale, "heads": query.size(1)})
+        out = [
+            F.scaled_dot_product_attention(
+                *(t[start:end].transpose(0, 1)[None] for t in (query, key, value)), scale=scale
+            )[0].transpose(0, 1)
+            for start, end in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist())
+        ]
+        return torch.cat(out)
+
+    return varlen_attn
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+@pytest.mark.parametrize("strategy", ["nested", "per_sequence", "padded"])
+def test_packed_strategies_equal_the_masked_path_in_fp32(strategy, left):
+    model = tiny()
+    tokens = batch_of(LENGTHS, left=left)
+    real = tokens.ne(PAD)
+    packed, packed_hiddens = features(model, tokens, strategy)
+    masked, masked_hiddens = features(model, tokens, "masked")
+    torch.testing.assert_close(packed[real], masked[real], atol=1e-5, rtol=1e-5)
+    for hp, hm in zip(packed_hiddens, masked_hiddens, strict=True):
+        torch.testing.assert_close(hp[real], hm[real], atol=1e-5, rtol=1e-5)
+    assert packed[~real].abs().sum() == 0
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+@pytest.mark.parametrize("strategy", ["nested", "per_sequence"])
+def test_packed_strategies_equal_the_masked_path_in_bf16(strategy, left):
+    model = tiny(encoder_normalize_before=True).to(torch.bfloat16)
+    tokens = batch_of(LENGTHS, left=left)
+    real = tokens.ne(PAD)
+    packed, _ = features(model, tokens, strategy)
+    masked, _ = features(model, tokens, "masked")
+    assert packed.dtype == torch.bfloat16
+    # bf16 keeps 8 bits of mantissa: the two orders of summation agree to a few units in the last place.
+    torch.testing.assert_close(packed[real].float(), masked[real].float(), atol=3e-2, rtol=3e-2)
+    cosine = F.cosine_similarity(packed[real].float(), masked[real].float(), dim=-1)
+    assert cosine.min() > 0.999
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+def test_varlen_passes_cumulative_lengths_longest_run_and_scale(monkeypatch, left):
+    calls: list[dict] = []
+    monkeypatch.setattr(enc, "varlen_kernel", lambda: reference_varlen(calls))
+    model = tiny()
+    tokens = batch_of(LENGTHS, left=left)
+    real = tokens.ne(PAD)
+    varlen, varlen_hiddens = features(model, tokens, "varlen")
+    masked, masked_hiddens = features(model, tokens, "masked")
+    torch.testing.assert_close(varlen[real], masked[real], atol=1e-5, rtol=1e-5)
+    for hv, hm in zip(varlen_hiddens, masked_hiddens, strict=True):
+        torch.testing.assert_close(hv[real], hm[real], atol=1e-5, rtol=1e-5)
+    cfg = model.cfg
+    head_dim = cfg.encoder_embed_dim // cfg.encoder_attention_heads
+    assert len(calls) == cfg.encoder_layers  # one call per layer
+    expected = {"runs": LENGTHS, "max_len": max(LENGTHS), "scale": head_dim**-0.5, "heads": cfg.encoder_attention_heads}
+    assert all(call == expected for call in calls)
+
+
+def test_one_packing_per_batch_is_shared_by_every_layer(monkeypatch):
+    seen: list[enc.Packing] = []
+    real_nested = enc.PACKED_ATTENTION["nested"]
+
+    def spy(q, k, v, packing, dropout_p):
+        seen.append(packing)
+        return real_nested(q, k, v, packing, dropout_p)
+
+    monkeypatch.setitem(enc.PACKED_ATTENTION, "nested", spy)
+    model = tiny()
+    features(model, batch_of(LENGTHS), "nested")
+    assert len(seen) == model.cfg.encoder_layers and all(p is seen[0] for p in seen)
+    packing = seen[0]
+    assert packing.cu_seqlens.dtype == torch.int32
+    assert packing.cu_seqlens.tolist() == [0, *torch.tensor(LENGTHS).cumsum(0).tolist()]
+    assert packing.max_len == max(LENGTHS) and packing.seq_lens == LENGTHS
+    assert packing.offsets is packing.offsets  # one offsets tensor: one ragged dimension for every layer
+
+
+@pytest.mark.parametrize("strategy", ["nested", "varlen"])
+def test_packed_strategies_train(monkeypatch, strategy):
+    """Gradients flow through the nested path (with SDPA's dropout) and the varlen path (no
+    attention dropout: the kernel has none) and equal the masked path's without dropout."""
+    monkeypatch.setattr(enc, "varlen_kernel", lambda: reference_varlen([]))
+    tokens = batch_of([10, 2, 6, 1])
+    grads = {}
+    for name in (strategy, "masked"):
+        model = tiny(dropout=0.0, attention_dropout=0.0).train()
+        with enc.attention_strategy(name):
+            logits, _ = model(tokens)
+        logits[tokens.ne(PAD)].logsumexp(-1).sum().backward()
+        grads[name] = model.encoder.sentence_encoder.layers[0].self_attn.q_proj.weight.grad
+    torch.testing.assert_close(grads[strategy], grads["masked"], atol=1e-4, rtol=1e-4)
+    if strategy == "nested":  # with attention dropout too
+        model = tiny(attention_dropout=0.1).train()
+        with enc.attention_strategy("nested"):
+            model(tokens)[0].sum().backward()
+        assert model.encoder.sentence_encoder.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+
+
+def test_varlen_refuses_attention_dropout_and_the_cpu():
+    model = tiny(attention_dropout=0.1).train()
+    with enc.attention_strategy("varlen"), pytest.raises(ValueError, match="no dropout"):
+        model(batch_of([5, 2]))
+    with enc.attention_strategy("varlen"), pytest.raises(ValueError, match="needs CUDA and fp16/bf16"):
+        tiny().to(torch.bfloat16)(batch_of([5, 2]))
+
+
+def test_auto_chooses_per_sequence_on_cpu_varlen_on_cuda_half_without_dropout(monkeypatch):
+    monkeypatch.setattr(enc, "_has_varlen", lambda: True)
+    packing = enc.Packing.from_padding_mask(torch.tensor([[False, True], [False, False]]))
+
+    def q(*, cuda: bool, dtype: torch.dtype = torch.bfloat16, head_dim: int = 64):
+        return SimpleNamespace(is_cuda=cuda, dtype=dtype, shape=(3, 2, head_dim))
+
+    assert packing.attention_for(q(cuda=False), 0.0) == "per_sequence"
+    assert packing.attention_for(q(cuda=True), 0.0) == "varlen"
+    assert packing.attention_for(q(cuda=True, dtype=torch.float16), 0.0) == "varlen"
+    assert packing.attention_for(q(cuda=True, dtype=torch.float32), 0.0) == "padded"
+    assert packing.attention_for(q(cuda=True), 0.1) == "padded"  # training with attention dropout
+    assert packing.attention_for(q(cuda=True, head_dim=12), 0.0) == "padded"
+    forced = enc.Packing.from_padding_mask(packing.padding_mask, "nested")
+    assert forced.attention_for(q(cuda=True), 0.0) == "nested"
+
+
+def test_masked_strategy_never_packs_and_a_full_batch_is_never_packed(monkeypatch):
+    monkeypatch.setattr(enc.Packing, "from_padding_mask", None)  # any packing would fail
+    model = tiny()
+    features(model, batch_of(LENGTHS), "masked")
+    for strategy in enc.ATTENTION_STRATEGIES:
+        features(model, batch_of([5, 5]), strategy)
+
+
+def test_strategy_from_the_environment(monkeypatch):
+    monkeypatch.setenv(enc.ATTENTION_ENV, "nested")
+    assert enc.get_attention() == "nested"
+    with enc.attention_strategy("padded"):
+        assert enc.get_attention() == "padded"
+    assert enc.get_attention() == "nested"
+    monkeypatch.setenv(enc.ATTENTION_ENV, "flash")
+    with pytest.raises(ValueError, match="ROBERTA_EXT_ATTENTION='flash' is not an attention strategy"):
+        enc.get_attention()
+    with pytest.raises(ValueError, match="'flash' is not an attention strategy"):
+        enc.set_attention("flash")
+
+
+@pytest.mark.skipif(not CUDA, reason="the varlen flash kernel needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("strategy", ["varlen", "nested", "auto"])
+def test_cuda_kernels_equal_the_masked_path(monkeypatch, strategy, dtype):
+    """On a GPU: the real varlen kernel (and nested tensors' SDPA) against the masked path, at a
+    head size flash takes (64), on a batch large enough that ``auto`` packs."""
+    calls = []
+    kernel = enc.varlen_kernel
+
+    def counted():
+        calls.append(1)
+        return kernel()
+
+    monkeypatch.setattr(enc, "varlen_kernel", counted)
+    torch.manual_seed(0)
+    cfg = EncoderConfig.preset("tiny", encoder_embed_dim=128, encoder_attention_heads=2, encoder_ffn_embed_dim=256)
+    model = RobertaModel(cfg).eval().to("cuda", dtype)
+    lengths = [64, 1, 9, 64, 33] * 30  # 150 x 64 = 9600 slots: above CUDA_PACKING_MIN_SLOTS
+    tokens = batch_of(lengths).cuda()
+    real = tokens.ne(PAD)
+    packed, _ = features(model, tokens, strategy)
+    masked, _ = features(model, tokens, "masked")
+    torch.testing.assert_close(packed[real].float(), masked[real].float(), atol=3e-2, rtol=3e-2)
+    assert F.cosine_similarity(packed[real].float(), masked[real].float(), dim=-1).min() > 0.999
+    if strategy in ("varlen", "auto"):
+        assert len(calls) == cfg.encoder_layers  # auto took the varlen kernel in every layer
