@@ -15,7 +15,9 @@ setup(
     extras_require={
         # fairseq-fixed is fairseq 0.12 made to install on Python >= 3.11; see README.
         "fairseq": ["fairseq-fixed==0.12.3.1", "hydra-core==1.3.2", "omegaconf==2.3.0"],
-        "test": ["pytest", "hypothesis", "tokenizers", "transformers", "tiktoken"],
+        # roberta-ext export / hub.export_onnx: onnx and onnxscript write ONNX, onnxruntime checks the file.
+        "export": ["onnx", "onnxscript", "onnxruntime"],
+        "test": ["pytest", "hypothesis", "tokenizers", "transformers", "tiktoken", "onnx", "onnxscript", "onnxruntime"],
     },
     entry_points={"console_scripts": ["roberta-ext=roberta_ext.cli:main"]},
 )

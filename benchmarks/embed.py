@@ -1,0 +1,415 @@
+"""Sentence-embedding speed: ``hub.embed`` and ``roberta-ext embed`` against sentence-transformers.
+
+Sections (``--only`` picks some; the default runs both):
+
+  encode  ``hub.embed(texts)`` against ``SentenceTransformer.encode(texts)`` (its default batch of
+          32, and 128), sentences/s with tokenizing included, on the same weights and the same
+          mixed-length texts (the standard library's docstrings, shuffled: a few tokens to past
+          the 256/512-token limits): a 6-layer 384-wide BERT (MiniLM's shape) and a base-shaped
+          RoBERTa (12 x 768), in fp32 and in bf16 (both models cast with ``.to(torch.bfloat16)``)
+  cli     ``roberta-ext embed`` over a 100,000-line file (one docstring sentence per line) with the
+          BERT: sustained rows/s against in-process ``hub.embed`` on the file's first lines, and
+          the command's memory (RSS) sampled through the run
+
+Every model is built here with transformers (random weights; WordPiece and byte-level BPE
+vocabularies learned with HF ``tokenizers`` from the standard library), saved as a
+sentence-transformers folder (Transformer + mean Pooling + Normalize) by sentence-transformers
+itself, and loaded from that folder by both contenders; before timing, the embeddings are
+checked equal (within 1e-4 in fp32). Contenders are timed in turns after a warm-up call each and
+the median is reported (see ``benchmarks/run.py``); a ratio is the peer's time over ours:
+above 1 we are faster. The issue's target: at least 1.5x sentence-transformers on this 2-core
+CPU, fp32, both models; the command within 10% of in-process ``embed``, memory flat.
+
+    .venv/bin/python -m benchmarks.embed               # ~15 minutes on 2 quiet cores
+    .venv/bin/python -m benchmarks.embed --quick       # small shapes, 10k lines: ~2 minutes
+    .venv/bin/python -m benchmarks.embed --only encode --threads 1
+"""
+
+from __future__ import annotations
+
+import os
+
+# Saved before benchmarks.run, which makes HF tokenizers single-threaded for its own tokenizer
+# race: here sentence-transformers tokenizes as its users get it (HF's default parallelism).
+_TOKENIZER_ENV = {name: os.environ.get(name) for name in ("RAYON_RS_NUM_CPUS", "TOKENIZERS_PARALLELISM")}
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from dataclasses import asdict, dataclass, replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+
+from benchmarks.run import (  # noqa: E402
+    RESULTS,
+    Row,
+    Section,
+    alternate,
+    code_version,
+    contention,
+    cpu_snapshot,
+    progress,
+    ratio,
+    table,
+    write_json,
+)
+
+for _name, _value in _TOKENIZER_ENV.items():
+    if _value is None:
+        os.environ.pop(_name, None)
+    else:
+        os.environ[_name] = _value
+
+REPO = Path(__file__).resolve().parents[1]
+SECTIONS = ("encode", "cli")
+
+
+@dataclass(frozen=True)
+class Scale:
+    texts: int  # texts per timed call
+    repeats: int
+    bert: tuple[int, int]  # (layers, width) of the MiniLM-shaped BERT
+    roberta: tuple[int, int]  # (layers, width) of the base-shaped RoBERTa
+    cli_lines: int
+    cli_reference_lines: int  # lines embedded in process for the reference rate
+    cli_chunk_rows: int
+    models: tuple[str, ...] = ("bert", "roberta")
+
+
+FULL = Scale(
+    texts=500,
+    repeats=3,
+    bert=(6, 384),
+    roberta=(12, 768),
+    cli_lines=100_000,
+    cli_reference_lines=20_000,
+    cli_chunk_rows=8192,  # the command's default
+)
+QUICK = Scale(
+    texts=200,
+    repeats=2,
+    bert=(2, 128),
+    roberta=(2, 256),
+    cli_lines=10_000,
+    cli_reference_lines=2_000,
+    cli_chunk_rows=1000,
+)
+
+
+# ------------------------------------------------------------------------------ models
+
+
+def docstrings() -> list[str]:
+    from roberta_ext.quickstart import stdlib_docstrings
+
+    docs = [text for text, _ in stdlib_docstrings()]
+    random.Random(0).shuffle(docs)
+    return docs
+
+
+def sentences() -> list[str]:
+    """Docstring sentences, one per entry: the ``cli`` section's lines."""
+    return [s.strip() for doc in docstrings() for s in doc.split(". ") if s.strip()]
+
+
+def st_folder(root: Path, family: str, layers: int, width: int, texts: list[str]) -> Path:
+    """A sentence-transformers folder saved by sentence-transformers: a random transformers
+    model of this shape, its tokenizer learned from ``texts``, mean pooling, normalisation."""
+    import transformers
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    hf_dir = root / f"{family}-hf"
+    hf_dir.mkdir(parents=True)
+    torch.manual_seed(0)
+    shape = dict(
+        hidden_size=width,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, width // 64),
+        intermediate_size=4 * width,
+    )
+    if family == "bert":
+        from tokenizers import BertWordPieceTokenizer
+
+        trainer = BertWordPieceTokenizer(lowercase=True)
+        trainer.train_from_iterator(texts, vocab_size=30522, show_progress=False)
+        trainer.save_model(str(hf_dir))
+        tokenizer = transformers.BertTokenizer(str(hf_dir / "vocab.txt"), do_lower_case=True)
+        config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=512, **shape)
+        transformers.BertModel(config).eval().save_pretrained(hf_dir)
+        max_seq_length = 256
+    else:
+        from tokenizers import ByteLevelBPETokenizer
+
+        trainer = ByteLevelBPETokenizer(add_prefix_space=False)
+        trainer.train_from_iterator(
+            texts, vocab_size=50265, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False
+        )
+        trainer.save_model(str(hf_dir))
+        tokenizer = transformers.RobertaTokenizer(str(hf_dir / "vocab.json"), str(hf_dir / "merges.txt"))
+        config = transformers.RobertaConfig(
+            vocab_size=len(tokenizer), max_position_embeddings=514, type_vocab_size=1, pad_token_id=1, **shape
+        )
+        transformers.RobertaModel(config, add_pooling_layer=False).eval().save_pretrained(hf_dir)
+        max_seq_length = 512
+    tokenizer.save_pretrained(hf_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        transformer = Transformer(str(hf_dir), max_seq_length=max_seq_length)
+        pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+        folder = root / f"{family}-st"
+        SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu").save(str(folder))
+    return folder
+
+
+def load_both(folder: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+    from sentence_transformers import SentenceTransformer
+
+    import roberta_ext
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = roberta_ext.from_pretrained(str(folder), dtype=dtype)
+        theirs = SentenceTransformer(str(folder), device="cpu").eval().to(dtype)
+    return ours, theirs
+
+
+# ------------------------------------------------------------------------------ sections
+
+
+def bench_encode(scale: Scale, root: Path) -> Section:
+    section = Section()
+    docs = docstrings()
+    texts = docs[: scale.texts]
+    for family, (layers, width) in (("bert", scale.bert), ("roberta", scale.roberta)):
+        if family not in scale.models:
+            continue
+        progress(f"building a {layers} x {width} {family} sentence-transformers folder")
+        folder = st_folder(root, family, layers, width, docs)
+        for dtype in (torch.float32, torch.bfloat16):
+            ours, theirs = load_both(folder, dtype)
+            tokens, padded = token_counts(ours, texts)
+            mine = ours.embed(texts)
+            reference = torch.as_tensor(theirs.encode(texts, batch_size=32)).float()
+            difference = float((mine - reference).abs().max())
+            cosine = float(torch.nn.functional.cosine_similarity(mine, reference).min())
+            if dtype == torch.float32 and difference > 1e-4:
+                raise AssertionError(f"{family}: embeddings differ from sentence-transformers' by {difference}")
+            name = "fp32" if dtype == torch.float32 else "bf16"
+            progress(f"{family} {name}: timing {len(texts)} texts, {scale.repeats} rounds")
+            timings = alternate(
+                {
+                    "ours": lambda ours=ours: ours.embed(texts),
+                    "sentence-transformers (batch 32)": lambda theirs=theirs: theirs.encode(texts, batch_size=32),
+                    "sentence-transformers (batch 128)": lambda theirs=theirs: theirs.encode(texts, batch_size=128),
+                },
+                scale.repeats,
+            )
+            rates = {contender: len(texts) / seconds for contender, seconds in timings.items()}
+            st32 = timings["sentence-transformers (batch 32)"]
+            st128 = timings["sentence-transformers (batch 128)"]
+            shape = f"{layers} x {width} {family}"
+            section.rows.append(
+                Row(
+                    f"`embed` {name}, {shape}: sentences/s, tokenizing included",
+                    f"{rates['ours']:.1f}/s (max abs diff {difference:.1e}, min cosine {cosine:.5f}); "
+                    f"`encode` pads {tokens} tokens to {padded} (+{100 * (padded / tokens - 1):.0f}%)",
+                    f"`encode` batch 32 {len(texts) / st32:.1f}/s: **{ratio(st32, timings['ours'])}**"
+                    f" · batch 128 {len(texts) / st128:.1f}/s: {ratio(st128, timings['ours'])}",
+                    ">= 1.5x sentence-transformers" if name == "fp32" else "",
+                    (st32 / timings["ours"] >= 1.5) if name == "fp32" else None,
+                )
+            )
+            section.data[f"{family}_{name}"] = {
+                "shape": [layers, width],
+                "texts": len(texts),
+                "tokens": tokens,
+                "sentence_transformers_padded_tokens": padded,
+                "seconds": timings,
+                "sentences_per_second": rates,
+                "max_abs_difference": difference,
+                "min_cosine": cosine,
+            }
+            del ours, theirs
+    return section
+
+
+def token_counts(hub: Any, texts: list[str], batch_size: int = 32) -> tuple[int, int]:
+    """Real tokens of ``texts``, and the tokens sentence-transformers' ``encode`` computes on:
+    it sorts by characters (its proxy for tokens) and pads each batch to its longest row."""
+    from roberta_ext.embedding import Embedder
+
+    embedder = Embedder.for_hub(hub)
+    lengths = [len(embedder.encode(text)) for text in texts]
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    padded = sum(
+        len(batch) * max(lengths[i] for i in batch)
+        for batch in (order[start : start + batch_size] for start in range(0, len(order), batch_size))
+    )
+    return sum(lengths), padded
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def bench_cli(scale: Scale, root: Path) -> Section:
+    section = Section()
+    lines = sentences()
+    lines = [lines[i % len(lines)] for i in range(scale.cli_lines)]
+    source = root / "lines.txt"
+    source.write_text("".join(line.replace("\n", " ") + "\n" for line in lines), encoding="utf-8")
+    folder = root / "bert-st"
+    if not folder.exists():
+        folder = st_folder(root, "bert", *scale.bert, docstrings())
+    ours, _ = load_both(folder, torch.float32)
+    reference = lines[: scale.cli_reference_lines]
+    ours.embed(reference[:200])  # warm-up
+    progress(f"in-process embed of {len(reference)} lines")
+    started = time.perf_counter()
+    ours.embed(reference)
+    in_process = len(reference) / (time.perf_counter() - started)
+    del ours
+
+    output = root / "out.npy"
+    parts = output.with_name(output.name + ".parts")
+    command = [sys.executable, "-m", "roberta_ext", "embed", str(folder), "--input", str(source)]
+    command += ["--output", str(output), "--chunk-rows", str(scale.cli_chunk_rows)]
+    progress(f"roberta-ext embed over {len(lines)} lines")
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    samples: list[tuple[float, int]] = []
+    finished: dict[str, tuple[float, int]] = {}  # part -> (when it appeared, its rows)
+    while process.poll() is None:
+        now = time.perf_counter() - started
+        rss = rss_bytes(process.pid)
+        if rss is not None:
+            samples.append((now, rss))
+        for record in parts.glob("0*.json") if parts.is_dir() else []:
+            if record.name not in finished:
+                with contextlib.suppress(OSError, ValueError):
+                    finished[record.name] = (now, json.loads(record.read_text())["rows"])
+        time.sleep(0.25)
+    _, stderr = process.communicate()
+    wall = time.perf_counter() - started
+    if process.returncode != 0:
+        raise RuntimeError(f"roberta-ext embed failed ({process.returncode}):\n{stderr[-3000:]}")
+    # Sustained: the rows of every part after the first, over the time between the first and the last.
+    times = sorted(finished.values())
+    sustained = sum(rows for _, rows in times[1:]) / (times[-1][0] - times[0][0])
+    steady = [rss for t, rss in samples if times[0][0] <= t <= times[-1][0]]
+    mb = 1 / 2**20
+    flat = max(steady) / min(steady)
+    section.rows.append(
+        Row(
+            f"`roberta-ext embed` {len(lines):,} lines, {scale.bert[0]} x {scale.bert[1]} BERT: sustained rows/s",
+            f"{sustained:.0f} rows/s over chunks 2-{len(times)} ({len(lines) / wall:.0f} rows/s from start-up to "
+            f"the assembled file, {wall:.0f} s)",
+            f"in-process `embed` of {len(reference):,} lines {in_process:.0f} rows/s: {sustained / in_process:.2f}x",
+            ">= 0.9x in-process",
+            sustained >= 0.9 * in_process,
+        )
+    )
+    section.rows.append(
+        Row(
+            "`roberta-ext embed` memory (RSS, sampled every 0.25 s)",
+            f"from the first chunk written to the last: {min(steady) * mb:.0f}-{max(steady) * mb:.0f} MB "
+            f"(max/min {flat:.2f}); peak of the whole run {max(rss for _, rss in samples) * mb:.0f} MB",
+            "",
+            "flat (max/min < 1.15)",
+            flat < 1.15,
+        )
+    )
+    section.data["cli"] = {
+        "lines": len(lines),
+        "chunk_rows": scale.cli_chunk_rows,
+        "sustained_rows_per_second": sustained,
+        "wall_seconds": wall,
+        "in_process_rows_per_second": in_process,
+        "in_process_lines": len(reference),
+        "parts": times,
+        "rss_samples": samples,
+        "stderr_tail": stderr[-500:],
+    }
+    return section
+
+
+BENCHMARKS = {"encode": bench_encode, "cli": bench_cli}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.embed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small shapes and a 10k-line file: a smoke run")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=f"of: {', '.join(SECTIONS)}")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's, one per core)")
+    parser.add_argument("--texts", type=int, metavar="N", help="texts per timed call (default: 500; --quick 200)")
+    parser.add_argument(
+        "--models", nargs="+", choices=("bert", "roberta"), help="the encode section's models (default: both)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="JSON results (default: benchmarks/results/embed-cpu-DATE.json for a full run of both sections, else "
+        "benchmarks/results/scratch-embed-DATE.json, which git ignores)",
+    )
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the cli section's process too
+    scale = QUICK if args.quick else FULL
+    if args.texts:
+        scale = replace(scale, texts=args.texts)
+    if args.models:
+        scale = replace(scale, models=tuple(args.models))
+    chosen = [s for s in SECTIONS if not args.only or s in args.only]
+    today = datetime.date.today().isoformat()
+    complete = not args.quick and len(chosen) == len(SECTIONS) and scale == FULL
+    out = args.out or RESULTS / (f"embed-cpu-{today}.json" if complete else f"scratch-embed-{today}.json")
+    sections: dict[str, Section] = {}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="roberta_ext_embed_bench_") as tmp:
+        for name in chosen:
+            progress(f"== {name}")
+            before = cpu_snapshot()
+            sections[name] = BENCHMARKS[name](scale, Path(tmp))
+            busy = sections[name].data["cpu_share_taken_by_others"] = contention(before, cpu_snapshot())
+            progress(
+                f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs"
+                + (" (figures are noisy)" if sum(busy.values()) > 0.1 else "")
+            )
+    payload = {
+        "date": today,
+        "quick": args.quick,
+        "threads": torch.get_num_threads(),
+        **code_version(),
+        "scale": asdict(scale),
+        "seconds": time.perf_counter() - started,
+        "sections": {name: section.data for name, section in sections.items()},
+        "table": [{"section": name, **asdict(row)} for name, section in sections.items() for row in section.rows],
+    }
+    write_json(out, payload)
+    print()
+    print(table(sections))
+    print(f"\nresults: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

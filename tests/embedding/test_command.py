@@ -1,0 +1,227 @@
+"""``roberta-ext embed``: every input format, row order, resuming after a kill, shards and merge,
+bad lines, and ``--help``. The reference is ``hub.embed`` on the same texts in the same
+process (the command sorts and batches per chunk, so rows agree to float rounding); runs of
+the command with the same chunks agree bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import roberta_ext
+from roberta_ext.embedding.command import FAIL_AFTER_CHUNKS, embed_main
+from roberta_ext.quickstart import stdlib_docstrings
+from tests.conftest import REPO
+from tests.test_hub import make_model_dir
+
+ROWS = 60
+CHUNK = ["--chunk-rows", "7"]  # 9 chunks: seams everywhere
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, bpe_files) -> Path:
+    return make_model_dir(tmp_path_factory.mktemp("model"), bpe_files, max_positions=64)
+
+
+@pytest.fixture(scope="module")
+def hub(model_dir):
+    return roberta_ext.from_pretrained(str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    """Docstrings of mixed lengths (a few words to past the model's 64 positions), an empty one."""
+    docs = [text for text, _ in stdlib_docstrings()]
+    chosen = [docs[i * 37 % len(docs)][: 20 + (i * 53) % 400] for i in range(ROWS)]
+    chosen[5] = ""
+    return chosen
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def run(*argv: str) -> int:
+    return embed_main([str(a) for a in argv])
+
+
+def receipt(path: Path) -> dict:
+    return json.loads(path.with_name(path.name + ".json").read_text(encoding="utf-8"))
+
+
+def run_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "roberta_ext", "embed", *map(str, argv)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
+
+
+def test_text_file_to_npy_row_i_is_line_i(tmp_path, model_dir, hub, texts):
+    source = write_lines(tmp_path / "texts.txt", texts)
+    assert run(model_dir, "--input", source, "--output", tmp_path / "emb.npy", *CHUNK) == 0
+    got = np.load(tmp_path / "emb.npy")
+    np.testing.assert_allclose(got, hub.embed(texts).numpy(), atol=1e-6, rtol=1e-5)
+    record = receipt(tmp_path / "emb.npy")
+    assert record["rows"] == record["input_rows"] == ROWS and record["skipped"] == []
+    assert record["input"]["path"] == str(source.resolve()) and record["options"]["model"] == str(model_dir)
+    assert not (tmp_path / "emb.npy.parts").exists()
+    # The same command again refuses to overwrite; --overwrite gives the same bytes.
+    assert run(model_dir, "--input", source, "--output", tmp_path / "emb.npy", *CHUNK) == 1
+    assert run(model_dir, "--input", source, "--output", tmp_path / "emb.npy", *CHUNK, "--overwrite") == 0
+    assert np.array_equal(np.load(tmp_path / "emb.npy"), got)
+
+
+def test_jsonl_pairs_tsv_columns_and_safetensors(tmp_path, model_dir, hub, texts):
+    import safetensors.torch as safetensors
+
+    records = [{"id": i, "text": t, "other": t[::-1]} for i, t in enumerate(texts)]
+    jsonl = write_lines(tmp_path / "rows.jsonl", [json.dumps(r) for r in records])
+    out = tmp_path / "emb.safetensors"
+    assert run(model_dir, "--input", jsonl, "--field", "text", "--output", out, "--pooling", "cls,max") == 0
+    loaded = safetensors.load_file(str(out))["embeddings"]
+    torch.testing.assert_close(loaded, hub.embed(texts, pooling=["cls", "max"]), atol=1e-6, rtol=1e-5)
+    assert json.loads(safetensors.safe_open(str(out), "pt").metadata()["roberta_ext"])["rows"] == ROWS
+
+    pairs = [(t, t[::-1]) for t in texts]
+    out = tmp_path / "pairs.npy"
+    assert run(model_dir, "--input", jsonl, "--field", "text", "--field", "other", "--output", out) == 0
+    np.testing.assert_allclose(np.load(out), hub.embed(pairs).numpy(), atol=1e-6, rtol=1e-5)
+
+    tsv = write_lines(tmp_path / "rows.tsv", ["id\tsentence", *(f"{i}\t{t}" for i, t in enumerate(texts))])
+    assert run(model_dir, "--input", tsv, "--column", "sentence", "--output", tmp_path / "a.npy", "--normalize") == 0
+    expected = hub.embed(texts, normalize=True).numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "a.npy"), expected, atol=1e-6, rtol=1e-5)
+    headless = write_lines(tmp_path / "rows2.tsv", [f"{i}\t{t}" for i, t in enumerate(texts)])
+    assert run(model_dir, "--input", headless, "--no-header", "--column", "1", "--output", tmp_path / "b.npy") == 0
+    np.testing.assert_allclose(np.load(tmp_path / "b.npy"), hub.embed(texts).numpy(), atol=1e-6, rtol=1e-5)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread here, as in the killed processes (``OMP_NUM_THREADS=1``): the same
+    kernels on the same chunks, hence the same bits."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_resume_after_a_kill_continues_where_it_stopped(tmp_path, model_dir, texts, capsys, one_thread):
+    source = write_lines(tmp_path / "texts.txt", texts)
+    whole = tmp_path / "whole.npy"
+    assert run(model_dir, "--input", source, "--output", whole, *CHUNK) == 0
+    out = tmp_path / "emb.npy"
+    killed = run_process(model_dir, "--input", source, "--output", out, *CHUNK, env={FAIL_AFTER_CHUNKS: "3"})
+    assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILL: no cleanup ran
+    parts = tmp_path / "emb.npy.parts"
+    assert sorted(p.name for p in parts.iterdir()) == [
+        *(f"0000000{i}.{kind}" for i in range(3) for kind in ("json", "npy")),
+        "manifest.json",
+    ]
+    assert not out.exists()
+    # Another option is refused, naming what differs; the same command finishes the run.
+    assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--pooling", "cls") == 1
+    assert "pooling was None, now ['cls']" in capsys.readouterr().err
+    assert run(model_dir, "--input", source, "--output", out, *CHUNK) == 0
+    assert np.array_equal(np.load(out), np.load(whole))  # the same chunks: the same bits
+    assert not parts.exists()
+    # An input that changed under an interrupted run is refused too.
+    with source.open("a", encoding="utf-8") as file:
+        file.write("one more line\n")
+    other = tmp_path / "other.npy"
+    killed = run_process(model_dir, "--input", source, "--output", other, *CHUNK, env={FAIL_AFTER_CHUNKS: "1"})
+    assert killed.returncode == -9
+    write_lines(source, texts[:-1])
+    assert run(model_dir, "--input", source, "--output", other, *CHUNK) == 1
+    assert "input.size was" in capsys.readouterr().err
+
+
+def test_shards_and_merge_equal_a_single_run(tmp_path, model_dir, texts, monkeypatch):
+    source = write_lines(tmp_path / "texts.txt", texts)
+    single = tmp_path / "single.npy"
+    assert run(model_dir, "--input", source, "--output", single, *CHUNK) == 0
+    out = tmp_path / "emb.npy"
+    for i in range(3):
+        assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--shard", f"{i}/3") == 0
+    shards = [tmp_path / f"emb.shard-{i}-of-3.npy" for i in range(3)]
+    assert [len(np.load(s)) for s in shards] == [20, 20, 20]
+    np.testing.assert_allclose(np.load(shards[1]), np.load(single)[1::3], atol=1e-6, rtol=1e-5)
+    assert run("merge", shards[2], shards[0], "--output", out) == 1  # shard 1 missing
+    assert run("merge", *shards, "--output", out) == 0
+    np.testing.assert_allclose(np.load(out), np.load(single), atol=1e-6, rtol=1e-5)
+    assert receipt(out)["rows"] == ROWS and receipt(out)["shard"] == [0, 1]
+    # torchrun's environment chooses the shard when --shard is not given; merge finds the files.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        assert run(model_dir, "--input", source, "--output", tmp_path / "t.safetensors", *CHUNK) == 0
+    assert run("merge", "--output", tmp_path / "t.safetensors") == 0
+    from safetensors.numpy import load_file
+
+    np.testing.assert_allclose(load_file(str(tmp_path / "t.safetensors"))["embeddings"], np.load(single), atol=1e-6)
+
+
+def test_bad_lines_name_file_and_line_unless_skipped(tmp_path, model_dir, hub, texts, capsys, monkeypatch):
+    lines = [t.encode() for t in texts[:10]]
+    lines[3] = b"caf\xe9 latin-1"
+    source = tmp_path / "texts.txt"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    assert run(model_dir, "--input", source, "--output", tmp_path / "a.npy") == 1
+    assert f"{source}:4: not valid UTF-8" in capsys.readouterr().err
+    assert not (tmp_path / "a.npy").exists()
+
+    assert run(model_dir, "--input", source, "--output", tmp_path / "a.npy", "--skip-bad-lines", "--overwrite") == 0
+    assert "skipped 1 bad lines" in capsys.readouterr().err
+    kept = texts[:3] + texts[4:10]
+    np.testing.assert_allclose(np.load(tmp_path / "a.npy"), hub.embed(kept).numpy(), atol=1e-6, rtol=1e-5)
+    assert [entry[:2] for entry in receipt(tmp_path / "a.npy")["skipped"]] == [[3, 4]]
+
+    rows = [json.dumps({"text": t}) for t in texts[:6]]
+    rows[1], rows[4] = json.dumps({"title": "no text"}), "{not json"
+    jsonl = write_lines(tmp_path / "rows.jsonl", rows)
+    assert run(model_dir, "--input", jsonl, "--field", "text", "--output", tmp_path / "j.npy") == 1
+    assert f"{jsonl}:2: no field 'text' (fields: title)" in capsys.readouterr().err
+    # Skipped lines and shards: the merge puts every row back in its place.
+    for i in range(2):
+        args = ("--field", "text", "--skip-bad-lines", "--shard", f"{i}/2", "--chunk-rows", "2")
+        assert run(model_dir, "--input", jsonl, "--output", tmp_path / "j.npy", *args) == 0
+    assert run("merge", "--output", tmp_path / "j.npy") == 0
+    kept = [texts[i] for i in (0, 2, 3, 5)]
+    np.testing.assert_allclose(np.load(tmp_path / "j.npy"), hub.embed(kept).numpy(), atol=1e-6, rtol=1e-5)
+    assert [entry[:2] for entry in receipt(tmp_path / "j.npy")["skipped"]] == [[1, 2], [4, 5]]
+
+
+def test_help_and_usage_errors(capsys, tmp_path, model_dir):
+    with pytest.raises(SystemExit) as exit_info:
+        embed_main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert "--shard I/N" in shown and "--skip-bad-lines" in shown and "merge" in shown
+    with pytest.raises(SystemExit):
+        embed_main(["merge", "--help"])
+    assert "--output" in capsys.readouterr().out
+    source = write_lines(tmp_path / "x.jsonl", ['{"text": "a"}'])
+    with pytest.raises(SystemExit):
+        embed_main([str(model_dir), "--input", str(source), "--output", str(tmp_path / "x.npy")])
+    assert "needs --field" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        embed_main([str(model_dir), "--input", str(source), "--field", "t", "--output", "x.npy", "--shard", "2/2"])
+    assert "0 <= I < N" in capsys.readouterr().err
+    assert run(model_dir, "--input", source, "--field", "text", "--output", tmp_path / "x.txt") == 1
+    assert ".npy or .safetensors" in capsys.readouterr().err
+    assert (
+        run(model_dir, "--input", source, "--field", "text", "--output", tmp_path / "x.npy", "--prompt-name", "q") == 1
+    )
+    assert "'q' is not one of the model's prompts" in capsys.readouterr().err
