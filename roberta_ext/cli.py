@@ -36,9 +36,21 @@ COMMANDS = {
         "roberta_ext.corpus.glue:glue_preprocess_main",
         "GLUE TSV folders -> <TASK>-bin/ for fine-tuning, as fairseq's preprocess_GLUE_tasks.sh",
     ),
+    "prepare-multiple-choice": (
+        "roberta_ext.corpus.multiple_choice:prepare_multiple_choice_main",
+        "JSONL of {context, choices, label} -> data for --task roberta_ext_multiple_choice (RACE, CommonsenseQA)",
+    ),
     "predict": (
         "roberta_ext.predict:predict_main",
         "a fine-tuned model's predictions for a TSV/JSONL/text file (GLUE submission format), with metrics",
+    ),
+    "embed": (
+        "roberta_ext.embedding.command:embed_main",
+        "sentence embeddings of a text/JSONL/TSV file -> .npy or safetensors (streaming, resumable, sharded)",
+    ),
+    "export": (
+        "roberta_ext.export:export_main",
+        "export a model (encoder, a head or the pooling) to ONNX or torch.export",
     ),
 }
 

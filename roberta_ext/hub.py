@@ -27,7 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .alignment import WordFeatures
 from .checkpoints.transformers import SEQUENCE_HEAD, TOKEN_HEAD, save_transformers
+from .embedding.pooling import SentenceEmbedding
 from .families import get_family
 from .modeling import RobertaModel
 from .tokenizers.dictionary import Dictionary
@@ -68,9 +70,12 @@ class RobertaHubInterface(nn.Module):
         label_dictionary: Dictionary | None = None,
         labels: Sequence[str] | None = None,
         cfg: dict[str, Any] | None = None,
+        sentence_embedding: SentenceEmbedding | None = None,
     ) -> None:
         super().__init__()
         self.model = model
+        # How embed() pools: a sentence-transformers folder's own settings, else mean pooling.
+        self.sentence_embedding = sentence_embedding or SentenceEmbedding()
         self.tokenizer = tokenizer
         self.bpe = getattr(tokenizer, "bpe", None)
         self.dictionary = tokenizer.dictionary
@@ -295,6 +300,85 @@ class RobertaHubInterface(nn.Module):
             pieces.append(features[-1, -1:])
         return torch.cat(pieces).unsqueeze(0)
 
+    # ------------------------------------------------------------ sentence embeddings
+    def embed(
+        self,
+        texts: str | Sequence[str | Sequence[str]],
+        *,
+        pooling: str | Sequence[str] | None = None,
+        normalize: bool | None = None,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        max_length: int | None = None,
+        prompt: str | None = None,
+        prompt_name: str | None = None,
+    ) -> torch.Tensor:
+        """Sentence embeddings ``(N, C)`` float32 of N texts, or pairs of texts (tuples), in
+        their order (a single string gives ``(1, C)``).
+
+        ``pooling`` is ``"mean"`` (over the real tokens), ``"cls"``, ``"max"``,
+        ``"mean_sqrt_len_tokens"``, ``"weightedmean"`` or ``"lasttoken"``, or a list of them
+        (concatenated); ``normalize=True`` L2-normalises. Both default to the model's own
+        settings: those of a sentence-transformers folder (its ``Pooling`` and ``Normalize``
+        modules, ``max_seq_length``, ``do_lower_case``, prompts), giving what
+        ``SentenceTransformer(folder).encode(texts)`` gives; for any other model, mean pooling
+        without normalisation. Texts longer than ``max_length`` tokens (default: the folder's
+        ``max_seq_length``, else ``max_positions()``) are truncated, pairs longest side first.
+        ``prompt`` (or ``prompt_name``, one of the folder's prompts) is prepended to each text.
+
+        Rows are sorted by length and batched by a budget of ``max_tokens`` padded tokens per
+        batch (and at most ``batch_size`` rows), and the encoder skips what padding is left, so
+        the result of a text never depends on its batch-mates, and a mixed-length list costs
+        what its real tokens cost. See :mod:`roberta_ext.embedding`.
+
+        >>> roberta.embed(["Hello world!", "Hi"], normalize=True).shape        # doctest: +SKIP
+        torch.Size([2, 768])
+        """
+        from .embedding.embedder import embed
+
+        return embed(
+            self,
+            texts,
+            pooling=pooling,
+            normalize=normalize,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            max_length=max_length,
+            prompt=prompt,
+            prompt_name=prompt_name,
+        )
+
+    def similarity(self, a: torch.Tensor | str | Sequence[str], b: torch.Tensor | str | Sequence[str]) -> torch.Tensor:
+        """Scores ``(N, M)`` between N and M embeddings (or texts, embedded first with
+        :meth:`embed`'s defaults): cosine similarity, or what a sentence-transformers folder's
+        ``similarity_fn_name`` names (``dot``; ``euclidean`` and ``manhattan`` negated).
+
+        >>> roberta.similarity(["A cat sat."], ["A cat sits.", "Stocks fell."])  # doctest: +SKIP
+        tensor([[0.97, 0.41]])
+        """
+        from .embedding.pooling import similarity
+
+        left, right = (x if isinstance(x, torch.Tensor) else self.embed(x) for x in (a, b))
+        return similarity(left, right, self.sentence_embedding.similarity)
+
+    def extract_features_aligned_to_words(self, sentence: str, return_all_hiddens: bool = False) -> WordFeatures:
+        """Features of the words of ``sentence`` instead of its sub-word tokens (fairseq's method,
+        without spaCy): a :class:`~roberta_ext.alignment.WordFeatures` whose ``words`` are
+        ``<s>``, the words, ``</s>`` and whose ``features`` ``(W + 2, C)`` (a list of them, one per
+        layer, with ``return_all_hiddens``) hold in row ``i`` the sum of ``words[i]``'s token
+        features, a token shared by ``k`` words counting ``1/k`` in each — fairseq's rows, where
+        fairseq's alignment works. Words are split at whitespace and around every punctuation
+        mark, symbol and emoji; any text aligns, curly quotes, emoji, combining marks and
+        unknown tokens included (see :mod:`roberta_ext.alignment`).
+
+        >>> aligned = roberta.extract_features_aligned_to_words("“Hello” world!")      # doctest: +SKIP
+        >>> aligned.words, aligned.features.shape                                       # doctest: +SKIP
+        (['<s>', '“', 'Hello', '”', 'world', '!', '</s>'], torch.Size([7, 1024]))
+        """
+        from .alignment import extract_features_aligned_to_words
+
+        return extract_features_aligned_to_words(self, sentence, return_all_hiddens=return_all_hiddens)
+
     # ---------------------------------------------------------------- classification
     def register_classification_head(
         self, name: str, num_classes: int | None = None, embedding_size: int | None = None, **kwargs: Any
@@ -332,6 +416,72 @@ class RobertaHubInterface(nn.Module):
     def predict_label(self, head: str, tokens: torch.Tensor) -> list[str]:
         """The most likely label name for each row of ``tokens``."""
         return [self.label_name(i) for i in self.predict(head, tokens).argmax(dim=-1).tolist()]
+
+    # ------------------------------------------------------------------- multiple choice
+    @torch.no_grad()
+    def score_choices(
+        self,
+        context: str,
+        choices: Sequence[str],
+        head: str = "sentence_classification_head",
+        *,
+        layout: Literal["multiple_choice", "commonsense_qa"] = "multiple_choice",
+        max_choice_length: int | None = None,
+        truncate: bool = False,
+    ) -> torch.Tensor:
+        """The logits ``(N,)`` of the one-output head ``head`` for each of the N ``choices``,
+        computed in one batched forward pass without gradients (``predict`` keeps them);
+        ``.argmax()`` is the predicted choice and ``.softmax(-1)`` the probabilities the
+        multiple-choice loss trains.
+
+        Each candidate is encoded as the fine-tuning task built it. ``layout="multiple_choice"``
+        (``--task roberta_ext_multiple_choice``, fairseq's ``sentence_ranking``: RACE, SWAG):
+        the choice first, then the context, ``<s> choice </s> </s> context </s>`` (the family's
+        separator); ``max_choice_length`` is the task's ``--max-option-length`` (``<s>`` and
+        ``</s>`` of the choice included) and ``truncate=True`` its ``--shorten-method truncate``
+        at ``max_positions()``. ``layout="commonsense_qa"`` (``--task
+        roberta_ext_commonsense_qa``): the context first, one ``</s>`` between,
+        ``<s> Q: question </s> A: choice </s>`` — the caller writes the ``Q: ``/``A: ``
+        prefixes. For that layout the result equals fairseq's CommonsenseQA snippet,
+        ``torch.cat([predict(head, encode('Q: ' + stem, 'A: ' + text, no_separator=True),
+        return_logits=True) for text in texts])``, one pass instead of N.
+
+        >>> roberta.score_choices("The sun is hot.", ["Is it hot? yes", "Is it hot? no"])  # doctest: +SKIP
+        tensor([ 2.1034, -1.8870])
+        >>> roberta.score_choices("Q: Where do fish live?", ["A: water", "A: trees"],
+        ...                       layout="commonsense_qa").argmax().item()  # doctest: +SKIP
+        0
+        """
+        if head not in self.model.classification_heads:
+            known = sorted(self.model.classification_heads)
+            raise KeyError(f"no classification head named {head!r}; registered heads: {known}")
+        outputs = self.model.classification_heads[head].num_classes
+        if outputs != 1:
+            raise ValueError(
+                f"score_choices needs a head with one output (the multiple-choice tasks register num_classes=1); "
+                f"{head!r} has {outputs}"
+            )
+        if not choices:
+            raise ValueError("score_choices needs at least one choice")
+        bos, eos = self.dictionary.bos(), self.dictionary.eos()
+        context_ids = self.tokenizer.encode(context)
+        rows = []
+        for choice in choices:
+            if layout == "commonsense_qa":
+                ids = self._encode_ids(context, choice, no_separator=True)
+            elif layout == "multiple_choice":
+                # As sentence_ranking: --init-token before the choice, the choice cut to
+                # --max-option-length, then --separator-token and the context, which already ends in </s>.
+                first = [bos, *self.tokenizer.encode(choice), eos][:max_choice_length]
+                separator = [eos] if self.double_separator else []
+                ids = first + separator + context_ids + [eos]
+            else:
+                raise ValueError(f"layout must be 'multiple_choice' or 'commonsense_qa', got {layout!r}")
+            if truncate:
+                ids = ids[: self.max_positions()]
+            rows.append(ids)
+        tokens, _ = self.collate(rows)  # (N, T)
+        return self.predict(head, tokens, return_logits=True)[:, 0]
 
     # ------------------------------------------------------------------- question answering
     def answer(self, question: str, context: str, **kwargs: Any) -> Any:
@@ -385,6 +535,53 @@ class RobertaHubInterface(nn.Module):
         )
         return save_transformers(
             self.model, directory, architecture=architecture, labels=labels, extra_files=self._write_tokenizer_files
+        )
+
+    def export_onnx(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        head: str | None = None,
+        pooling: str | Sequence[str] | None = None,
+        normalize: bool | None = None,
+        attention_mask: bool = True,
+        opset: int | None = None,
+    ) -> Path:
+        """Write the model as an ONNX file for onnxruntime: ``input_ids`` and ``attention_mask``
+        (int64, any batch and length) -> ``features``, the ``logits`` of the head ``head``, or
+        ``embeddings`` pooled as :meth:`embed` pools (``pooling``: ``"mean"``, ``"cls"``, ...,
+        or ``"model"``, this model's own; ``normalize``). The file is checked against this hub
+        before it is written. See :func:`roberta_ext.export.to_onnx` and docs/export.md.
+
+        >>> roberta.export_onnx("model.onnx", pooling="mean")                # doctest: +SKIP
+        PosixPath('model.onnx')
+        """
+        from .export import to_onnx
+
+        return to_onnx(
+            self, path, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask, opset=opset
+        )
+
+    def export_torch(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        head: str | None = None,
+        pooling: str | Sequence[str] | None = None,
+        normalize: bool | None = None,
+        attention_mask: bool = True,
+    ) -> Path:
+        """Write the model as a ``torch.export`` program (``.pt2``), with the inputs and outputs of
+        :meth:`export_onnx`; ``torch.export.load(path).module()(input_ids, attention_mask)`` runs
+        it. See :func:`roberta_ext.export.to_torch_export`.
+
+        >>> roberta.export_torch("model.pt2")                               # doctest: +SKIP
+        PosixPath('model.pt2')
+        """
+        from .export import to_torch_export
+
+        return to_torch_export(
+            self, path, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask
         )
 
     def _write_tokenizer_files(self, directory: Path) -> None:

@@ -19,10 +19,12 @@ import torch
 
 from .checkpoints import CheckpointError, load_roberta_checkpoint, store
 from .checkpoints.transformers import is_transformers_dir, load_transformers
+from .embedding.pooling import SentenceEmbedding
+from .embedding.st_folder import is_sentence_transformers_dir, read_sentence_transformers
 from .families import get_family
 from .hub import MASK, RobertaHubInterface
 from .tokenizers.dictionary import Dictionary
-from .tokenizers.registry import BPE_CHOICES, KINDS, TokenizerFiles, get_kind, kind_for_folder
+from .tokenizers.registry import BPE_CHOICES, KINDS, TokenizerFiles, choose_kind
 
 
 def from_pretrained(
@@ -37,9 +39,10 @@ def from_pretrained(
     bpe_cased: bool = False,
     sentencepiece_model: str | os.PathLike[str] | None = None,
     device: str | torch.device | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     offline: bool | None = None,
+    compile: bool = False,
     **overrides: Any,
 ) -> RobertaHubInterface:
     """Load a RoBERTa model like fairseq's ``RobertaModel.from_pretrained``, without fairseq.
@@ -51,16 +54,25 @@ def from_pretrained(
     starting with ``.`` is relative to the model folder. GPT-2 BPE files are taken from
     ``gpt2_encoder_json``/``gpt2_vocab_bpe``, else from the model folder, else from the cache.
     ``dtype=torch.bfloat16`` runs inference in bf16: faster on CPUs with AVX512-BF16/AMX and on
-    GPUs, at the cost of about three significant digits in the features.
+    GPUs, at the cost of about three significant digits in the features. ``dtype="int8"`` puts
+    every linear layer in int8 for CPU inference, inputs quantized per token
+    (:mod:`roberta_ext.export.int8`; speed and cosines to fp32 in docs/export.md).
 
     Models trained with the plugin on WordPiece or SentencePiece data (BERT, ALBERT, ELECTRA)
     tokenize with ``bpe="bert"`` (fairseq's name; ``"wordpiece"`` too) and ``bpe_vocab_file``
     (default: ``vocab.txt`` in the model folder; ``bpe_cased=True`` for cased vocabularies) or
-    ``bpe="sentencepiece"`` and ``sentencepiece_model`` (default: ``spiece.model``). Without
+    ``bpe="sentencepiece"`` and ``sentencepiece_model`` (default: ``spiece.model``). XLM-R
+    (``xlmr.base``, ..., or a folder with ``sentencepiece.bpe.model``) takes fairseq's
+    ``bpe="sentencepiece"`` too: a ``sentencepiece.bpe.model`` is XLM-R's tokenizer. Without
     ``bpe``, the files decide: GPT-2 BPE when its files are given or in the model folder, else
-    ``vocab.txt``, else ``spiece.model``, else the family's usual tokenizer (GPT-2 for RoBERTa,
-    fetched from the cache). A transformers directory (``config.json`` + weights) is read by
-    :func:`from_transformers`.
+    ``vocab.txt``, else ``spiece.model``, else ``sentencepiece.bpe.model``, else the family's
+    usual tokenizer (GPT-2 for RoBERTa, fetched from the cache). A transformers directory
+    (``config.json`` + weights) is read by :func:`from_transformers`, a sentence-transformers
+    folder (``modules.json``) by :func:`from_sentence_transformers`.
+
+    ``compile=True`` serves inference through ``torch.compile`` over bucketed shapes
+    (:func:`roberta_ext.compiled.compile_model`: CUDA graphs on a GPU, for small batches bound by
+    kernel launches); each bucket compiles on its first use.
 
     >>> import roberta_ext
     >>> roberta = roberta_ext.from_pretrained("/models/roberta.large")   # doctest: +SKIP
@@ -72,11 +84,10 @@ def from_pretrained(
     if overrides:
         warnings.warn(f"from_pretrained ignores fairseq overrides it has no use for: {sorted(overrides)}", stacklevel=2)
     model_dir = Path(store.resolve_model(model_name_or_path, cache_dir=cache_dir, offline=offline))
+    if not (model_dir / checkpoint_file).is_file() and is_sentence_transformers_dir(model_dir):
+        return _place(from_sentence_transformers(model_dir), device, dtype, compile=compile)
     if not (model_dir / checkpoint_file).is_file() and is_transformers_dir(model_dir):
-        hub = from_transformers(model_dir)
-        if device is not None or dtype is not None:
-            hub.to(device=device, dtype=dtype)
-        return hub
+        return _place(from_transformers(model_dir), device, dtype, compile=compile)
     data_dir = (
         model_dir / data_name_or_path
         if str(data_name_or_path).startswith(".")
@@ -109,21 +120,26 @@ def from_pretrained(
         offline=offline,
     )
     family = get_family(loaded.model.cfg.family)
-    kind = get_kind(bpe) if bpe is not None else kind_for_folder(model_dir, files, family.tokenizer)
+    kind = choose_kind(bpe, model_dir, files, family.tokenizer)
+    if kind.family is not None and "family" not in loaded.options:
+        # fairseq's own XLM-R checkpoints do not say so: they are RoBERTa checkpoints (its XLMRModel
+        # is its RobertaModel) that come with XLM-R's tokenizer. The same modules, another family.
+        loaded.model.cfg = loaded.model.cfg.replace(family=kind.family)
     tokenizer = kind.for_fairseq(model_dir, dictionary, files)
     cfg = {"model": loaded.options, "task": loaded.task}
     hub = RobertaHubInterface(loaded.model, tokenizer, label_dictionary=labels, cfg=cfg)
-    if device is not None or dtype is not None:
-        hub.to(device=device, dtype=dtype)
-    return hub.eval()
+    return _place(hub.eval(), device, dtype, compile=compile)
 
 
-def from_transformers(directory: str | os.PathLike[str]) -> RobertaHubInterface:
-    """A hub for a transformers model directory (RoBERTa, BERT or ALBERT): ``config.json``, the
+def from_transformers(
+    directory: str | os.PathLike[str], *, sentence_embedding: SentenceEmbedding | None = None
+) -> RobertaHubInterface:
+    """A hub for a transformers model directory (RoBERTa, BERT, ALBERT or XLM-R): ``config.json``, the
     weights (safetensors or ``pytorch_model.bin``) and the tokenizer files — ``vocab.json`` +
     ``merges.txt`` (RoBERTa), ``vocab.txt`` (BERT; ``do_lower_case`` from
-    ``tokenizer_config.json``) or ``spiece.model`` (ALBERT). Ids equal transformers'
-    tokenizer's, features equal its model's. ``from_pretrained(directory)`` calls this.
+    ``tokenizer_config.json``), ``spiece.model`` (ALBERT) or ``sentencepiece.bpe.model``
+    (XLM-R). Ids equal transformers' tokenizer's, features equal its model's. ``from_pretrained(directory)`` calls this.
+    ``sentence_embedding`` says how ``embed`` pools (default: mean pooling).
 
     >>> bert = from_transformers("bert-base-uncased")                     # doctest: +SKIP
     >>> bert.encode("Hello", "world").tolist(), bert.segments(bert.encode("Hello", "world")).tolist()  # doctest: +SKIP
@@ -141,7 +157,66 @@ def from_transformers(directory: str | os.PathLike[str]) -> RobertaHubInterface:
             f"embedding has {loaded.model.cfg.vocab_size} rows"
         )
     cfg = {"model": {"_name": loaded.architecture, **loaded.config}, "task": {}}
-    return RobertaHubInterface(loaded.model, tokenizer, labels=loaded.labels, cfg=cfg).eval()
+    return RobertaHubInterface(
+        loaded.model, tokenizer, labels=loaded.labels, cfg=cfg, sentence_embedding=sentence_embedding
+    ).eval()
+
+
+def from_sentence_transformers(directory: str | os.PathLike[str]) -> RobertaHubInterface:
+    """A hub for a sentence-transformers model folder (``modules.json``: a Transformer, a
+    Pooling, optionally a Normalize): the transformers model inside it, with the folder's
+    pooling, normalisation, ``max_seq_length``, ``do_lower_case``, prompts and similarity, so
+    that ``hub.embed(texts)`` gives what ``SentenceTransformer(directory).encode(texts)`` gives.
+    ``from_pretrained(directory)`` calls this.
+
+    >>> minilm = from_sentence_transformers("all-MiniLM-L6-v2")           # doctest: +SKIP
+    >>> minilm.embed(["Hello world!"]).shape                              # doctest: +SKIP
+    torch.Size([1, 384])
+    """
+    transformer_dir, settings = read_sentence_transformers(directory)
+    if not is_transformers_dir(transformer_dir):
+        raise CheckpointError(
+            f"{str(transformer_dir)!r}: the Transformer module of {str(Path(directory) / 'modules.json')!r} has no "
+            "config.json and weights (model.safetensors or pytorch_model.bin)"
+        )
+    return from_transformers(transformer_dir, sentence_embedding=settings)
+
+
+INT8 = "int8"
+"""``from_pretrained(..., dtype=INT8)``: dynamic int8 quantization of the linear layers, CPU only."""
+
+
+def _place(
+    hub: RobertaHubInterface,
+    device: str | torch.device | None,
+    dtype: torch.dtype | str | None,
+    *,
+    compile: bool = False,
+) -> RobertaHubInterface:
+    """Move ``hub`` to ``device`` and ``dtype`` (a torch dtype, its name, or :data:`INT8`), and
+    compile it for inference when ``compile``."""
+    if compile:
+        from .compiled import compile_model
+
+        if dtype == INT8:
+            raise ValueError("compile=True and dtype='int8' do not combine: load with one or the other")
+        compile_model(_place(hub, device, dtype))
+        return hub
+    if isinstance(dtype, str):
+        if dtype == INT8:
+            if device is not None and torch.device(device).type != "cpu":
+                raise ValueError(f"dtype='int8' runs on the CPU only, not on device={str(device)!r}")
+            from .export.int8 import quantize_int8  # imported when asked for
+
+            quantize_int8(hub.model)
+            return hub
+        named = getattr(torch, dtype, None)
+        if not isinstance(named, torch.dtype) or not named.is_floating_point:
+            raise ValueError(f"dtype={dtype!r} is not a floating-point torch dtype nor {INT8!r}")
+        dtype = named
+    if device is not None or dtype is not None:
+        hub.to(device=device, dtype=dtype)
+    return hub
 
 
 def _read_optional_json(path: Path) -> dict[str, Any]:
@@ -160,4 +235,10 @@ def _first_existing(*candidates: Path) -> Path:
     raise FileNotFoundError(f"no dictionary found: looked for {' and '.join(repr(str(p)) for p in candidates)}")
 
 
-__all__ = ["BPE_CHOICES", "from_pretrained", "from_transformers"]
+__all__ = [
+    "BPE_CHOICES",
+    "INT8",
+    "from_pretrained",
+    "from_sentence_transformers",
+    "from_transformers",
+]

@@ -78,6 +78,31 @@ def fairseq_reference(tmp_path_factory) -> dict:
     return json.loads((out / "manifest.json").read_text())["models"]
 
 
+@pytest.fixture(scope="session")
+def xlmr_reference(tmp_path_factory) -> dict:
+    """XLM-R-shaped checkpoints built by fairseq (a SentencePiece model and dict.txt made in the
+    run), with fairseq's ``XLMRModel`` hub outputs and ours on them (ours recorded where fairseq,
+    omegaconf and hydra cannot be imported); also a GPT-2 RoBERTa for word alignment.
+
+    Returns the manifest: ``{"models": {"base" | "xl" | "gpt2": model_dir}, "sentencepiece_model": path,
+    "fairseq-preprocess": dict.txt, "xlmr": dict.txt}``; each ``model_dir`` holds
+    ``outputs_fairseq.pt`` and ``outputs_ours.pt``. See ``tests/xlmr_reference.py``. About 70 s.
+    """
+    peers.require_installed("fairseq", "the XLM-R reference checkpoints are built by fairseq")
+    out = tmp_path_factory.mktemp("xlmr_reference")
+    module = "tests.xlmr_reference"
+    result = subprocess.run(
+        [sys.executable, "-m", module, str(out)], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"building the XLM-R reference checkpoints failed:\n{result.stderr[-4000:]}")
+    run_without_fairseq(
+        f"import runpy, sys; sys.argv = [{module!r}, {str(out)!r}, '--impl', 'ours']; "
+        f"runpy.run_module({module!r}, run_name='__main__')"
+    )
+    return json.loads((out / "manifest.json").read_text())
+
+
 QUICKSTART_SMALL = ["--pretrain-updates", "8", "--finetune-updates", "4"]
 """The quickstart at its default shapes and vocabulary (4 x 128, 3000 merges), briefly trained:
 what docs/ runs its ``>>>`` examples on. Ids and shapes equal a full ``make quickstart`` run's

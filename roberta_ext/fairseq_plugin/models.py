@@ -116,6 +116,14 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
             )
         return cfg
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's call, under bf16 autocast with ``--bf16-autocast`` (see :func:`bf16_autocast_call`):
+        here rather than in ``forward`` so that it covers every subclass's forward (ELECTRA's and
+        SpanBERT's pretraining steps) and every criterion's call."""
+        if not self.cfg.bf16_autocast:
+            return super().__call__(*args, **kwargs)
+        return bf16_autocast_call(self, super().__call__, *args, **kwargs)
+
     def forward(
         self,
         src_tokens: torch.Tensor,
@@ -168,7 +176,8 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
         tensors do not fit when a checkpoint was made with other sizes than these options (fairseq
         itself only says "please ensure that the architectures match")."""
         try:
-            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+            # BaseFairseqModel's signature, next in the MRO after RobertaModel (nn.Module's to mypy).
+            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)  # type: ignore[call-arg]
         except RuntimeError as error:
             problems = describe_mismatch(self.state_dict(), state_dict)
             if not problems:
@@ -233,6 +242,68 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
             state_dict.setdefault(heads_prefix + key, value)
 
 
+PRECISION_FLAGS = ("fp16", "memory_efficient_fp16", "bf16", "memory_efficient_bf16", "amp")
+"""fairseq's mixed-precision options, which ``--bf16-autocast`` replaces."""
+
+
+def refuse_mixed_precision(args: Any) -> None:
+    """Raise if ``args`` ask for ``--bf16-autocast`` together with one of fairseq's own precision
+    options (:data:`PRECISION_FLAGS`): the option runs the float32 model under autocast with
+    fairseq's float32 trainer, and fairseq's ``--bf16`` means a TPU."""
+    if not safe_getattr(args, "bf16_autocast", False):
+        return
+    clashing = [f"--{flag.replace('_', '-')}" for flag in PRECISION_FLAGS if safe_getattr(args, flag, False)]
+    if clashing:
+        raise ValueError(
+            f"--bf16-autocast does not combine with {' / '.join(clashing)}: it runs the float32 model under bf16 "
+            "autocast with fairseq's float32 trainer (no loss scaling needed); drop "
+            f"{'it' if len(clashing) == 1 else 'them'} (fairseq 0.12's --bf16 means a TPU)"
+        )
+
+
+def bf16_autocast_call(model: torch.nn.Module, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` under ``torch.autocast(device, torch.bfloat16)`` on the model's
+    device, with every floating-point tensor of the result (features, logits, hidden states, the
+    fields of ELECTRA's and SpanBERT's outputs) handed back in float32, so that every loss is
+    computed in float32. Refuses a model that is not float32 (``--fp16``, ``--bf16``) and an
+    autocast already running (``--amp``)."""
+    parameter = next(model.parameters())
+    device = parameter.device.type
+    if parameter.dtype != torch.float32:
+        raise ValueError(
+            f"--bf16-autocast runs a float32 model under bf16 autocast, but the model's weights are "
+            f"{parameter.dtype}: do not combine it with --fp16, --memory-efficient-fp16, --bf16 or "
+            "--memory-efficient-bf16"
+        )
+    if torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) != torch.bfloat16:
+        raise ValueError("--bf16-autocast does not combine with --amp (fairseq's float16 autocast)")
+    with torch.autocast(device, dtype=torch.bfloat16):
+        output = call(*args, **kwargs)
+    return to_float32(output)
+
+
+def to_float32(value: Any) -> Any:
+    """``value`` with every floating-point tensor in it cast to float32: tensors, and tensors in
+    tuples, lists, dicts and dataclasses, at any depth.
+
+    >>> to_float32((torch.ones(2, dtype=torch.bfloat16), {"inner_states": [torch.zeros(1, dtype=torch.half)]}))
+    (tensor([1., 1.]), {'inner_states': [tensor([0.])]})
+    """
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() and value.dtype != torch.float32 else value
+    if isinstance(value, dict):
+        return {key: to_float32(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [to_float32(item) for item in value]
+    if isinstance(value, tuple):
+        items = [to_float32(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # named tuples too
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: to_float32(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
+    return value
+
+
 def architecture(family: Family, size: str) -> Callable[[Any], None]:
     """The architecture function of ``family``'s preset ``size``: every model option the command
     line left unset takes the preset's value (and the family's plugin-only defaults for it)."""
@@ -243,6 +314,7 @@ def architecture(family: Family, size: str) -> Callable[[Any], None]:
     def set_defaults(args: Any) -> None:
         for option, default in defaults.items():
             setattr(args, option, safe_getattr(args, option, default))
+        refuse_mixed_precision(args)  # fairseq-train parses every option before calling this
 
     set_defaults.__doc__ = f"{family.name} {size}: {preset.encoder_layers} layers, {preset.encoder_embed_dim} wide."
     return set_defaults

@@ -14,7 +14,8 @@ worth checking, the test runs a stand-in (:data:`STAND_INS`): the page's own com
 small-size options appended (fairseq's argparse keeps the last of a repeated option), so its
 other options are still parsed and used. What a reader brings (a corpus, a vocabulary, CoNLL
 or QA data) is made up small by the test (:data:`READER_BRINGS`); pages that continue from
-docs/pretraining.md start with what its run made (:data:`FROM_PRETRAINING`).
+docs/pretraining.md start with what its run made (:data:`FROM_PRETRAINING`), and pages that
+continue from docs/fine-tuning.md with what that page's run made (:data:`FROM_FINE_TUNING`).
 
 Checked: every block exits 0; a ``fairseq-train`` run in the foreground logs ``done training``;
 the files a page says it writes exist (:data:`PROMISES`). docs/pretraining.md's small run
@@ -147,6 +148,42 @@ STAND_INS = (
         "electra-spanbert-qa.md", "--task roberta_ext_spanbert --criterion roberta_ext_spanbert", append=PRETRAIN_SMALL
     ),
     StandIn("electra-spanbert-qa.md", "--save-dir checkpoints/qa", append=FINETUNE_SMALL),
+    # XLM-R: language identification from xlmr.base, the small one the test puts in its place.
+    StandIn("xlmr.md", "--save-dir checkpoints/langid", drop=("--fp16",), append=FINETUNE_SMALL),
+    # GLUE: the pretraining page's BPE in place of OpenAI's, which the test cannot download; then
+    # the RTE config on CPU, from the pretraining page's small model in place of roberta.base. The
+    # BPE goes beside the fine-tuned checkpoint, where the page's inference snippet finds it (a
+    # reader's OpenAI BPE is in the cache, where glue-preprocess put it).
+    StandIn("glue.md", "roberta-ext glue-preprocess glue_data RTE", append="--bpe-dir gpt2_bpe"),
+    StandIn(
+        "glue.md",
+        "--config-name rte",
+        append="common.fp16=false common.cpu=true common.log_interval=1 dataset.num_workers=0 "
+        "optimization.max_update=5 optimization.max_epoch=1 dataset.max_tokens=1000 task.max_positions=64 "
+        "++model.encoder_layers=2 ++model.encoder_embed_dim=64 ++model.encoder_ffn_embed_dim=128 "
+        "++model.encoder_attention_heads=4 ++model.max_positions=64",
+        prepare="mkdir -p roberta.base\nmv checkpoints/checkpoint_best.pt roberta.base/model.pt\n"
+        "cp gpt2_bpe/encoder.json gpt2_bpe/vocab.bpe checkpoints/",
+    ),
+    # README.race.md's and commonsense_qa/README.md's commands, swapped, from the pretraining
+    # page's small model in place of roberta.large; CommonsenseQA on the page's BPE files.
+    StandIn(
+        "multiple-choice.md",
+        "--update-freq $UPDATE_FREQ",
+        drop=("--fp16",),
+        append=f"--arch roberta_ext_base {FINETUNE_SMALL} --max-option-length 32 --save-dir checkpoints-race-stand-in",
+        prepare="mkdir -p roberta.large\ncp checkpoints/checkpoint_best.pt roberta.large/model.pt",
+    ),
+    StandIn(
+        "multiple-choice.md",
+        "FAIRSEQ_USER_DIR=",
+        drop=("--fp16",),
+        append=(
+            "--gpt2-encoder-json gpt2_bpe/encoder.json --gpt2-vocab-bpe gpt2_bpe/vocab.bpe --arch roberta_ext_base "
+            f"{FINETUNE_SMALL} --warmup-updates 1 --total-num-update 5 --save-dir checkpoints-cqa-stand-in"
+        ),
+        prepare="mkdir -p roberta.large\ncp checkpoints/checkpoint_best.pt roberta.large/model.pt",
+    ),
 )
 
 
@@ -258,13 +295,115 @@ def imdb_data(folder: Path) -> None:
             review.write_text(text)  # no final newline, as in IMDB
 
 
+def multiple_choice_data(folder: Path) -> None:
+    """docs/multiple-choice.md: a made-up ``RACE/`` folder, SWAG-style ``swag/{train,valid}.jsonl``
+    (learnable: the right choice names the thing the context names) and CommonsenseQA's
+    ``data/CommonsenseQA/{train,valid,test}.jsonl`` of the same task."""
+    from tests.corpus.test_multiple_choice import write_race
+    from tests.fairseq_plugin.test_multiple_choice import choice_rows, cqa_rows, write_jsonl
+
+    write_race(folder / "RACE")
+    (folder / "swag").mkdir()
+    write_jsonl(folder / "swag" / "train.jsonl", choice_rows(400, 1))
+    write_jsonl(folder / "swag" / "valid.jsonl", choice_rows(100, 2))
+    cqa = folder / "data" / "CommonsenseQA"
+    cqa.mkdir(parents=True)
+    write_jsonl(cqa / "train.jsonl", cqa_rows(200, 1))
+    write_jsonl(cqa / "valid.jsonl", cqa_rows(50, 2))
+    write_jsonl(cqa / "test.jsonl", cqa_rows(20, 3, answers=False))
+
+
+def glue_data(folder: Path) -> None:
+    """docs/glue.md: a small ``glue_data/`` laid out as ``download_glue_data.py`` writes it
+    (every task, its real columns; short sentences, for the small model's 64 positions)."""
+    from tests.corpus.test_glue import write_glue_data
+
+    write_glue_data(folder / "glue_data", rows=64, short=True)
+
+
+LANGUAGES = {"en": 0, "fr": 1, "de": 2, "ru": 4}  # language -> its sentence in tests.xlmr_reference.MULTILINGUAL
+
+
+def xlmr_inputs(folder: Path) -> None:
+    """docs/xlmr.md: ``train.txt``/``valid.txt`` (sentences in 14 languages, as their words
+    shuffled), ``langid/{train,valid}.{txt,label}`` (four languages) and ``xlmr.base/``: a small
+    XLM-R in fairseq's layout (2 x 64, 64 positions: the stand-ins' size) over a SentencePiece
+    model of that text, with XLM-R's ``dict.txt``, in place of the 1.1 GB download."""
+    import sentencepiece as spm
+
+    from roberta_ext.checkpoints import save_roberta_checkpoint
+    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.tokenizers.sentencepiece_tokenizer import train_xlmr_sentencepiece
+    from tests.xlmr_reference import MULTILINGUAL
+
+    rng = random.Random(0)
+
+    def shuffled(sentence: str) -> str:
+        words = sentence.split()
+        rng.shuffle(words)
+        return " ".join(words)
+
+    lines = [shuffled(rng.choice(MULTILINGUAL[:14])) for _ in range(3300)]
+    write_lines(folder / "train.txt", lines[:3000])
+    write_lines(folder / "valid.txt", lines[3000:])
+    (folder / "langid").mkdir()
+    for split, count in (("train", 400), ("valid", 40)):
+        chosen = [rng.choice(sorted(LANGUAGES)) for _ in range(count)]
+        write_lines(folder / "langid" / f"{split}.txt", [shuffled(MULTILINGUAL[LANGUAGES[lang]]) for lang in chosen])
+        write_lines(folder / "langid" / f"{split}.label", chosen)
+    base = folder / "xlmr.base"
+    base.mkdir()
+    model = train_xlmr_sentencepiece(lines, base / "sentencepiece.bpe", vocab_size=1000, hard_vocab_limit=False)
+    (base / "sentencepiece.bpe.vocab").unlink()  # the archive holds the model only
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    write_lines(base / "dict.txt", [f"{sp.id_to_piece(i)} 1" for i in range(3, sp.get_piece_size())])
+    cfg = EncoderConfig.preset("xlmr-tiny", vocab_size=sp.get_piece_size() + 2, encoder_embed_dim=64)
+    cfg = cfg.replace(encoder_ffn_embed_dim=128, encoder_attention_heads=4, encoder_layers=2, max_positions=64)
+    save_roberta_checkpoint(RobertaModel(cfg), base / "model.pt")
+
+
+def embedding_inputs(folder: Path) -> None:
+    """docs/embeddings.md: ``my-model/``, a sentence-transformers folder (a tiny RoBERTa exported
+    as a transformers folder, mean pooling, normalised), and ``texts.txt``, ``questions.jsonl``,
+    ``pairs.tsv``."""
+    import roberta_ext
+    from tests.bpe_fixtures import build_bpe_files
+    from tests.test_hub import make_model_dir
+
+    fairseq_dir = make_model_dir(folder / "fairseq-model", build_bpe_files(folder / "bpe"), max_positions=64)
+    model = roberta_ext.from_pretrained(str(fairseq_dir)).save_transformers(folder / "my-model")
+    (model / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+            ]
+        )
+    )
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "mean"}))
+    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": False}))
+    shutil.rmtree(folder / "fairseq-model")
+    shutil.rmtree(folder / "bpe")
+    lines = sentences(300)
+    write_lines(folder / "texts.txt", lines)
+    write_lines(folder / "questions.jsonl", [json.dumps({"id": i, "question": s}) for i, s in enumerate(lines)])
+    rows = [f"{i}\t{a}\t{b}" for i, (a, b) in enumerate(zip(lines, lines[1:] + lines[:1]))]
+    write_lines(folder / "pairs.tsv", ["id\tsentence1\tsentence2", *rows])
+
+
 READER_BRINGS: dict[str, Callable[[Path], None]] = {
     "custom-classification.md": imdb_data,
+    "embeddings.md": embedding_inputs,
     "pretraining.md": raw_corpus,
     "tokenizers.md": raw_corpus,
     "fine-tuning.md": classification_data,
     "bert-albert.md": bert_albert_inputs,
     "electra-spanbert-qa.md": qa_data,
+    "glue.md": glue_data,
+    "multiple-choice.md": multiple_choice_data,
+    "xlmr.md": xlmr_inputs,
 }
 
 # What a page takes from docs/pretraining.md's run, as the page says it does.
@@ -273,10 +412,27 @@ FROM_PRETRAINING: dict[str, tuple[str, ...]] = {
     "fine-tuning.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
     "bert-albert.md": ("gpt2_bpe",),
     "electra-spanbert-qa.md": ("gpt2_bpe", "data-bin"),
+    "glue.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
+    "multiple-choice.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
+    "export.md": ("my_model",),
+}
+
+# What a page takes from docs/fine-tuning.md's run (which continues from docs/pretraining.md's),
+# as the page says it does: the fine-tuned model folder, and the labelled text it started from.
+FROM_FINE_TUNING: dict[str, tuple[str, ...]] = {
+    "predict.md": (
+        "my_classifier",
+        "checkpoints-cls/checkpoint_best.pt",
+        "cls-bin",
+        "gpt2_bpe",
+        "valid.input0",
+        "valid.label",
+    ),
 }
 
 # Files a page says its commands write, with a text each must hold ("": it exists).
 PROMISES: dict[str, list[tuple[str, str]]] = {
+    "export.md": [(name, "") for name in ("model.onnx", "embeddings.onnx", "model.pt2", "ids-only.pt2")],
     "custom-classification.md": [
         *((f"aclImdb/{split}.{kind}", "") for split in ("train", "dev") for kind in ("input0", "label", "input0.bpe")),
         *(
@@ -333,6 +489,51 @@ PROMISES: dict[str, list[tuple[str, str]]] = {
     ],
     "electra-spanbert-qa.md": [
         (f"checkpoints/{name}/checkpoint_best.pt", "") for name in ("electra", "electra-qa", "spanbert", "qa")
+    ],
+    "embeddings.md": [
+        *((name, "") for name in ("emb.npy", "questions.safetensors", "pairs.npy", "sharded.npy", "ranks.npy")),
+        ("emb.npy.json", '"rows": 300'),
+        ("ranks.shard-1-of-2.npy.json", '"shard": ['),
+    ],
+    "glue.md": [
+        *(
+            (f"RTE-bin/{column}/{name}", "")
+            for column in ("input0", "input1")
+            for name in ("dict.txt", "train.bin", "valid.bin", "test.bin")
+        ),
+        *((f"RTE-bin/label/{name}", "") for name in ("dict.txt", "train.bin", "valid.bin")),
+        ("checkpoints/checkpoint_best.pt", ""),
+    ],
+    "multiple-choice.md": [
+        *(
+            (f"RACE-bin/input{i}/{split}.{kind}", "")
+            for i in range(5)
+            for split in ("train", "valid", "test", "test1")
+            for kind in ("bin", "idx")
+        ),
+        *((f"RACE-bin/label/{split}.label", "") for split in ("train", "valid", "test", "test1")),
+        ("swag-bin/input4/valid.bin", ""),
+        *(
+            (f"{name}/checkpoint_best.pt", "")
+            for name in ("checkpoints-race", "checkpoints-race-stand-in", "checkpoints-swag", "checkpoints-cqa")
+        ),
+        ("checkpoints-cqa-stand-in/checkpoint_best.pt", ""),
+        ("preds.tsv", "\t"),
+    ],
+    "xlmr.md": [
+        ("dict.txt", "▁"),
+        *((f"{data}/{name}", "") for data in ("xlmr-bin", "langid-bin/input0") for name in ("train.bin", "valid.bin")),
+        ("checkpoints/langid/checkpoint_best.pt", ""),
+        ("checkpoints/xlmr/checkpoint_best.pt", ""),
+        ("my_xlmr_hf/config.json", '"model_type": "xlm-roberta"'),
+        ("my_xlmr_hf/sentencepiece.bpe.model", ""),
+    ],
+    "predict.md": [
+        ("SST-2.dev.tsv", "index\tprediction\n0\t"),
+        ("submission/SST-2.tsv", "\n199\t"),
+        ("dev.metrics.json", '"accuracy"'),
+        ("valid.predictions.jsonl", '{"index": 0, "prediction": '),
+        ("valid.predictions.tsv", "index\tprediction\n"),
     ],
 }
 
@@ -409,6 +610,22 @@ def pretraining_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_page("pretraining.md", tmp_path_factory.mktemp("pretraining"))
 
 
+@pytest.fixture(scope="module")
+def fine_tuning_folder(pretraining_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """docs/fine-tuning.md, run once from docs/pretraining.md's run: what the pages that
+    continue from it start with."""
+    folder = tmp_path_factory.mktemp("fine-tuning")
+    copy_into(folder, pretraining_folder, FROM_PRETRAINING["fine-tuning.md"])
+    return run_page("fine-tuning.md", folder)
+
+
+def copy_into(folder: Path, source: Path, names: tuple[str, ...]) -> None:
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        copy = shutil.copytree if (source / name).is_dir() else shutil.copy
+        copy(source / name, folder / name)
+
+
 # ------------------------------------------------------------------ the tests
 
 
@@ -442,7 +659,7 @@ def test_stand_ins_placeholders_and_inputs_name_what_the_pages_hold():
     texts = [b.text for page in PAGES for b in shell_blocks(page)]
     for placeholder in placeholders():
         assert any(placeholder in text for text in texts), f"no block holds the placeholder {placeholder!r}"
-    assert set(READER_BRINGS) | set(FROM_PRETRAINING) | set(PROMISES) <= set(RUN_PAGES)
+    assert set(READER_BRINGS) | set(FROM_PRETRAINING) | set(FROM_FINE_TUNING) | set(PROMISES) <= set(RUN_PAGES)
 
 
 @needs_fairseq
@@ -452,6 +669,13 @@ def test_page_commands_run(page: str, request: pytest.FixtureRequest, tmp_path: 
     from the files a reader brings, and write the files the page says they write."""
     if page == "pretraining.md":
         folder = request.getfixturevalue("pretraining_folder")
+    elif page == "fine-tuning.md":
+        folder = request.getfixturevalue("fine_tuning_folder")
+    elif page in FROM_FINE_TUNING:
+        folder = tmp_path / "reader"
+        folder.mkdir()
+        copy_into(folder, request.getfixturevalue("fine_tuning_folder"), FROM_FINE_TUNING[page])
+        run_page(page, folder)
     else:
         folder = tmp_path / "reader"
         folder.mkdir()
