@@ -26,10 +26,6 @@ import json
 import os
 from pathlib import Path
 
-# The files below are made by this script; loading them with fairseq's own torch.load call
-# (which torch 2.13 restricts to weights) is safe here and is the reference path.
-os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
-
 import numpy as np
 import torch
 
@@ -187,6 +183,10 @@ def record(model_dir: Path, encoder_json: Path, vocab_bpe: Path, impl: str) -> d
 
 
 def main() -> None:
+    # The files are made by this script; loading them with fairseq's own torch.load call (which
+    # torch 2.13 restricts to weights) is safe here and is the reference path. Set in main, not
+    # at import: tests import LAYOUTS, and their process must keep torch's strict default.
+    os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument(
