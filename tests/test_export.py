@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -370,6 +371,35 @@ def test_int8_linear_is_exact_on_its_own_grid():
     assert float((weight - linear.weight.detach()).abs().max()) <= float(quantized.weight_scale.max()) / 2 + 1e-7
     with torch.no_grad():
         assert float(F.cosine_similarity(quantized(x), linear(x), dim=-1).min()) > 0.999
+
+
+def test_int8_linear_work_buffers_never_leak_between_calls():
+    """The layers share per-thread work buffers: a call's answer does not depend on the calls
+    before it (larger, smaller, in or out of inference mode, on other threads), and the output is
+    the caller's own tensor, not a view of a buffer the next call overwrites."""
+    generator = torch.Generator().manual_seed(0)
+    wide, narrow = Int8Linear.from_linear(nn.Linear(96, 40)), Int8Linear.from_linear(nn.Linear(40, 96))
+    inputs = [torch.randn(rows, 96, generator=generator) for rows in (3, 50, 1, 17)]
+    alone = [narrow(wide(x)) for x in inputs]
+    first = alone[0].clone()
+    for x, expected in zip(reversed(inputs), reversed(alone)):
+        with torch.inference_mode():
+            assert torch.equal(narrow(wide(x)), expected)
+        assert torch.equal(narrow(wide(x)), expected)
+    assert torch.equal(alone[0], first)  # not overwritten by the later calls
+    assert wide(inputs[0].requires_grad_()).requires_grad is False  # inference only, and no error
+
+    answers: dict[int, bool] = {}
+
+    def worker(index: int) -> None:
+        answers[index] = all(torch.equal(narrow(wide(x)), y) for x, y in zip(inputs * 20, alone * 20))
+
+    threads = [threading.Thread(target=worker, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == {0: True, 1: True, 2: True, 3: True}
 
 
 def test_int8_per_tensor_uses_all_8_bits_where_the_cpu_allows():

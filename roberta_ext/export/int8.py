@@ -27,7 +27,9 @@ layer slower than fp32 on the CPU with ``Int8DynamicActivationInt8WeightConfig``
 from __future__ import annotations
 
 import functools
+import math
 import re
+import threading
 import warnings
 from pathlib import Path
 
@@ -42,6 +44,33 @@ ACTIVATIONS = ("per_token", "per_tensor")
 
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 """/proc/cpuinfo flags of CPUs whose int8 products accumulate in 32 bits (no 16-bit overflow)."""
+
+
+class _Scratch(threading.local):
+    """Per-thread work buffers of :class:`Int8Linear`, reused from call to call and layer to layer.
+
+    A new tensor of a few megabytes is often memory that glibc maps fresh from the kernel, and
+    touching it page by page can cost more than the int8 product itself (1024 tokens x 384 ->
+    1536, on the 2-core development machine: the product 1.5 ms, the scaling pass after it
+    3.9-4.7 ms, 0.2 ms when glibc is told to keep freed memory). Only the layer's output, which the
+    caller keeps, is a new tensor; the temporaries live here, one set per thread (a model may serve
+    several threads at once), as large as the largest call so far: at most tokens x (5 x the
+    widest input + 4 x the widest output) bytes, 113 MB for a base model's 4096-token batch.
+    """
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def take(self, name: str, dtype: torch.dtype, shape: tuple[int, ...] | torch.Size) -> torch.Tensor:
+        numel = math.prod(shape)
+        buffer = self.buffers.get(name)
+        if buffer is None or buffer.numel() < numel or buffer.dtype != dtype:
+            with torch.inference_mode(False):  # a normal tensor: writable in and out of inference mode
+                buffer = self.buffers[name] = torch.empty(numel, dtype=dtype)
+        return buffer[:numel].view(shape)
+
+
+_SCRATCH = _Scratch()
 
 
 class Int8Linear(nn.Module):
@@ -80,17 +109,20 @@ class Int8Linear(nn.Module):
         return quantized.to(linear.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        # Few passes over the activations: each element-wise call is a round trip through
-        # memory, and with several threads a wait for all of them.
-        rows = x.reshape(-1, self.in_features).float()  # (N, in)
-        largest = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True)  # (N, 1): max |x| per token
-        scale = largest.clamp_(min=1e-12).div_(127)
-        quantized = rows.div(scale).round_().to(torch.int8)
-        out = torch.mul(torch._int_mm(quantized, self.weight), scale)  # (N, out): exact int32 sums, to fp32
-        if self.bias is not None:
-            out = torch.addcmul(self.bias, out, self.weight_scale)
-        else:
-            out.mul_(self.weight_scale)
+        with torch.no_grad():  # inference only: int8 products have no gradient
+            rows = x.reshape(-1, self.in_features).float()  # (N, in)
+            count = rows.shape[0]
+            work = _SCRATCH.take("work", torch.float32, rows.shape)
+            # max |x| per token: abs, then amax, is 10x faster than ``vector_norm(ord=inf)`` here.
+            scale = torch.abs(rows, out=work).amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (N, 1)
+            scaled = torch.div(rows, scale, out=work).round_()
+            quantized = _SCRATCH.take("quantized", torch.int8, rows.shape).copy_(scaled)
+            sums = torch._int_mm(quantized, self.weight, out=_SCRATCH.take("sums", torch.int32, (count, self.out_features)))
+            out = torch.mul(sums, scale, out=torch.empty(count, self.out_features))  # (N, out): exact sums, to fp32
+            if self.bias is not None:
+                torch.addcmul(self.bias, out, self.weight_scale, out=out)
+            else:
+                out.mul_(self.weight_scale)
         return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
