@@ -117,7 +117,8 @@ class Int8Linear(nn.Module):
             scale = torch.abs(rows, out=work).amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (N, 1)
             scaled = torch.div(rows, scale, out=work).round_()
             quantized = _SCRATCH.take("quantized", torch.int8, rows.shape).copy_(scaled)
-            sums = torch._int_mm(quantized, self.weight, out=_SCRATCH.take("sums", torch.int32, (count, self.out_features)))
+            sums = _SCRATCH.take("sums", torch.int32, (count, self.out_features))
+            torch._int_mm(quantized, self.weight, out=sums)
             out = torch.mul(sums, scale, out=torch.empty(count, self.out_features))  # (N, out): exact sums, to fp32
             if self.bias is not None:
                 torch.addcmul(self.bias, out, self.weight_scale, out=out)
