@@ -8,7 +8,7 @@ quickstart:      ## pretrain + fine-tune a small RoBERTa with fairseq-train --us
 test:            ## lint, types, the whole test suite and the docs build (installs fairseq, the peers and tools first)
 	scripts/bootstrap.sh full
 	$(MAKE) --no-print-directory lint
-	ROBERTA_EXT_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q tests  # a missing peer fails (tests/peers.py)
+	ROBERTA_EXT_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q --durations=15 tests  # a missing peer fails (tests/peers.py)
 	.venv/bin/python -m mkdocs build --strict --quiet --site-dir build/site
 
 lint:            ## ruff (lint and format) and mypy, as configured in pyproject.toml

@@ -12,12 +12,13 @@ tensor one scale, 7 bits wide on x86 (fbgemm's guard against 16-bit overflow): o
 in the batch leave few levels for everything else. On all-MiniLM-L6-v2 and the standard
 library's docstrings its mean-pooled embeddings reached a cosine of only 0.969 to fp32 (0.988
 with all 8 bits), where one scale per token gives 0.997. ``torch._int_mm`` multiplies as fast as
-fbgemm's kernel; the scaling around it is a few element-wise passes (on one thread, within
-10-20% of fbgemm per layer). Those passes are what a busy machine slows down: each waits for
-every thread, and on 2 cores shared with other work they took the per-token layers below fp32
-while fbgemm's fused kernel kept its speed. ``quantize_int8(model, activations="per_tensor")``
-takes fbgemm's kernel instead, with all 8 bits where the CPU multiplies int8 with VNNI
-(:class:`PerTensorInt8Linear`); the benchmark (``benchmarks/int8.py``) measures both.
+fbgemm's kernel; the scaling around it is a few element-wise passes, kept cheap with per-thread
+work buffers (:class:`_Scratch`). On a quiet 2-core machine the per-token layers ran the models
+1.8-3.0x fp32, within 0-30% of fbgemm's fused kernel (docs/export.md); on cores shared with
+other work the passes cost more, each waiting for every thread.
+``quantize_int8(model, activations="per_tensor")`` takes fbgemm's kernel instead, with all 8
+bits where the CPU multiplies int8 with VNNI (:class:`PerTensorInt8Linear`): faster still, but
+its embeddings fell to a cosine of 0.988 on MiniLM. ``benchmarks/int8.py`` measures both.
 
 torchao, which torch 2.13 names as the successor of ``torch.ao.quantization``, ran a linear
 layer slower than fp32 on the CPU with ``Int8DynamicActivationInt8WeightConfig`` without
