@@ -1,12 +1,13 @@
 """What the plugin's own datasets share: fairseq's size protocol over a ``sizes`` array, and
-an order shuffled per (seed, epoch) then stably sorted by size, as fairseq's ``SortDataset``."""
+an order shuffled per (seed, epoch) then stably sorted by size, as fairseq's ``SortDataset``;
+and :class:`EveryExampleDataset`, which puts back the last batch fairseq 0.12 drops."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from fairseq.data import FairseqDataset, data_utils
+from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 
 
 class SizedDataset(FairseqDataset):
@@ -44,3 +45,26 @@ class SizedDataset(FairseqDataset):
         with data_utils.numpy_seed(self.seed + self.epoch):
             order = np.random.permutation(len(self))
         return order[np.argsort(self.sizes[order], kind="mergesort")]
+
+
+class EveryExampleDataset(BaseWrapperDataset):
+    """A dataset whose batches hold every example. fairseq 0.12's ``batch_by_size`` drops a last
+    batch whose size is not a multiple of ``--required-batch-size-multiple`` (8 by default;
+    fairseq#5036): ``fairseq-validate --batch-size 1``, as in the RACE tutorial, leaves out the
+    last example, and validation during training up to 7, so the reported accuracy is not the
+    split's. Here that batch is put back.
+
+    >>> class Ten(SizedDataset):
+    ...     sizes = np.full(10, 5)
+    >>> def examples(dataset):  # in the batches of fairseq-validate --batch-size 1
+    ...     return sum(map(len, dataset.batch_by_size(np.arange(10), max_sentences=1, required_batch_size_multiple=8)))
+    >>> examples(Ten()), examples(EveryExampleDataset(Ten()))
+    (9, 10)
+    """
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        batches = list(self.dataset.batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple))
+        batched = sum(len(batch) for batch in batches)
+        if batched < len(indices):  # the batches are consecutive runs of indices: the tail was dropped
+            batches.append(np.asarray(indices[batched:], dtype=np.int64))
+        return batches

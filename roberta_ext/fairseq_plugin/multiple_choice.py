@@ -50,7 +50,6 @@ import torch.nn.functional as F
 from fairseq.criterions import register_criterion
 from fairseq.criterions.sentence_ranking import SentenceRankingCriterion
 from fairseq.data import (
-    BaseWrapperDataset,
     Dictionary,
     IdDataset,
     ListDataset,
@@ -66,6 +65,8 @@ from fairseq.data import (
 from fairseq.tasks import LegacyFairseqTask, register_task
 from fairseq.tasks.sentence_ranking import SentenceRankingTask
 
+from .datasets import EveryExampleDataset
+
 logger = logging.getLogger(__name__)
 
 TASK = "roberta_ext_multiple_choice"
@@ -77,20 +78,6 @@ CRITERIA = (CRITERION, "sentence_ranking")
 
 class MultipleChoiceDataError(ValueError):
     """Multiple-choice data that cannot be read: the message names the file and the line."""
-
-
-class EveryExampleDataset(BaseWrapperDataset):
-    """A dataset whose batches hold every example. fairseq 0.12's ``batch_by_size`` drops a last
-    batch whose size is not a multiple of ``--required-batch-size-multiple`` (8 by default;
-    fairseq#5036): fairseq-validate ``--batch-size 1``, as in the RACE tutorial, leaves out the
-    last example, and validation during training up to 7. Here that batch is put back."""
-
-    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
-        batches = list(self.dataset.batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple))
-        batched = sum(len(batch) for batch in batches)
-        if batched < len(indices):  # the batches are consecutive runs of indices: the tail was dropped
-            batches.append(np.asarray(indices[batched:], dtype=np.int64))
-        return batches
 
 
 def _check_criterion(args: Any, task: str) -> None:

@@ -36,6 +36,7 @@ from omegaconf import II, MISSING
 
 from ..data.masking import BatchMasker, MaskingConfig
 from ..data.word_starts import gpt2_word_starts
+from .datasets import EveryExampleDataset
 
 logger = logging.getLogger(__name__)
 
@@ -266,7 +267,10 @@ class RobertaExtClassificationTask(SentencePredictionTask):
     layout (``input0/``, optional ``input1/``, ``label/`` or ``label.{split}`` for regression).
 
     The data pipeline is fairseq's own; what this adds is the ``<mask>`` index that hubs need
-    (fairseq's task has none, so fairseq's hub cannot ``fill_mask`` a fine-tuned model)."""
+    (fairseq's task has none, so fairseq's hub cannot ``fill_mask`` a fine-tuned model), and
+    batches that hold every example: fairseq 0.12 drops a last batch whose size is not a
+    multiple of ``--required-batch-size-multiple`` (fairseq#5036), so its validation accuracy
+    leaves out up to 7 examples (:class:`~roberta_ext.fairseq_plugin.datasets.EveryExampleDataset`)."""
 
     def __init__(self, cfg: Any, data_dictionary: Dictionary, label_dictionary: Dictionary) -> None:
         super().__init__(cfg, data_dictionary, label_dictionary)
@@ -276,6 +280,11 @@ class RobertaExtClassificationTask(SentencePredictionTask):
     def setup_task(cls, cfg: Any, **kwargs: Any) -> "RobertaExtClassificationTask":
         check_classification_folder(cfg.data, regression=cfg.regression_target)
         return super().setup_task(cfg, **kwargs)
+
+    def load_dataset(self, split: str, combine: bool = False, **kwargs: Any) -> Any:
+        super().load_dataset(split, combine=combine, **kwargs)
+        self.datasets[split] = EveryExampleDataset(self.datasets[split])
+        return self.datasets[split]
 
 
 def check_classification_folder(data: str, *, regression: bool) -> None:
