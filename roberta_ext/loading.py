@@ -9,6 +9,7 @@ conventions through :mod:`roberta_ext.families`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import warnings
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from .checkpoints import CheckpointError, load_roberta_checkpoint, store
+from .checkpoints.fairseq import LoadedCheckpoint
 from .checkpoints.transformers import is_transformers_dir, load_transformers
 from .embedding.pooling import SentenceEmbedding
 from .embedding.st_folder import is_sentence_transformers_dir, read_sentence_transformers
@@ -52,7 +54,9 @@ def from_pretrained(
     downloaded once into the cache. ``data_name_or_path`` holds ``dict.txt`` — or, after
     sentence-prediction fine-tuning, ``input0/dict.txt`` and ``label/dict.txt``; a path
     starting with ``.`` is relative to the model folder. GPT-2 BPE files are taken from
-    ``gpt2_encoder_json``/``gpt2_vocab_bpe``, else from the model folder, else from the cache.
+    ``gpt2_encoder_json``/``gpt2_vocab_bpe``, else from the model folder, else those the
+    checkpoint was trained with (its ``--bpe gpt2 --gpt2-encoder-json ...``, as fairseq's hub
+    reads them), else from the cache.
     ``dtype=torch.bfloat16`` runs inference in bf16: faster on CPUs with AVX512-BF16/AMX and on
     GPUs, at the cost of about three significant digits in the features. ``dtype="int8"`` puts
     every linear layer in int8 for CPU inference, inputs quantized per token
@@ -65,8 +69,9 @@ def from_pretrained(
     (``xlmr.base``, ..., or a folder with ``sentencepiece.bpe.model``) takes fairseq's
     ``bpe="sentencepiece"`` too: a ``sentencepiece.bpe.model`` is XLM-R's tokenizer. Without
     ``bpe``, the files decide: GPT-2 BPE when its files are given or in the model folder, else
-    ``vocab.txt``, else ``spiece.model``, else ``sentencepiece.bpe.model``, else the family's
-    usual tokenizer (GPT-2 for RoBERTa, fetched from the cache). A transformers directory
+    ``vocab.txt``, else ``spiece.model``, else ``sentencepiece.bpe.model``, else the ``--bpe``
+    and files the checkpoint was trained with, else the family's usual tokenizer (GPT-2 for
+    RoBERTa, fetched from the cache). A transformers directory
     (``config.json`` + weights) is read by :func:`from_transformers`, a sentence-transformers
     folder (``modules.json``) by :func:`from_sentence_transformers`.
 
@@ -119,6 +124,8 @@ def from_pretrained(
         cache_dir=cache_dir,
         offline=offline,
     )
+    if bpe is None and files == TokenizerFiles(cache_dir=cache_dir, offline=offline):
+        bpe, files = _trained_tokenizer(loaded, model_dir, files)
     family = get_family(loaded.model.cfg.family)
     kind = choose_kind(bpe, model_dir, files, family.tokenizer)
     if kind.family is not None and "family" not in loaded.options:
@@ -180,6 +187,44 @@ def from_sentence_transformers(directory: str | os.PathLike[str]) -> RobertaHubI
             "config.json and weights (model.safetensors or pytorch_model.bin)"
         )
     return from_transformers(transformer_dir, sentence_embedding=settings)
+
+
+def _trained_tokenizer(
+    loaded: LoadedCheckpoint, model_dir: Path, files: TokenizerFiles
+) -> tuple[str | None, TokenizerFiles]:
+    """The tokenizer a checkpoint was trained with (its ``--bpe`` and the files it named), for a
+    caller who named none: ``(bpe, files)``. The model folder's own files still come first (a
+    released model's folder holds them); the checkpoint's files are used where they exist here
+    (a path, relative to the working directory as in fairseq, or a URL, fetched into the cache),
+    and a path that does not exist is said and skipped."""
+    name = loaded.bpe.get("_name")
+    if name not in BPE_CHOICES:
+        return None, files
+    kinds = [kind for kind in KINDS.values() if name in kind.bpe_names or name == kind.name]
+    if any(all((model_dir / file).is_file() for file in kind.files) for kind in kinds):
+        return name, files
+    found: dict[str, Any] = {}
+    missing = []
+    for option in ("gpt2_encoder_json", "gpt2_vocab_bpe", "bpe_vocab_file", "sentencepiece_model"):
+        value = loaded.bpe.get(option)
+        if not isinstance(value, str) or not value:
+            continue
+        if value.startswith(("http://", "https://")) or os.path.isfile(value):
+            found[option] = value
+        else:
+            missing.append(f"--{option.replace('_', '-')} {value!r}")
+    if missing:
+        warnings.warn(
+            f"{loaded.path!r} was trained with {' '.join(missing)}, which does not exist here (paths are "
+            f"relative to the working directory, {os.getcwd()!r}); pass the files to from_pretrained or put them "
+            "in the model folder",
+            stacklevel=3,
+        )
+    if ("gpt2_encoder_json" in found) != ("gpt2_vocab_bpe" in found):  # one of the two is no use
+        del found["gpt2_encoder_json" if "gpt2_encoder_json" in found else "gpt2_vocab_bpe"]
+    if "bpe_cased" in loaded.bpe:
+        found["bpe_cased"] = bool(loaded.bpe["bpe_cased"])
+    return name, dataclasses.replace(files, **found)
 
 
 INT8 = "int8"

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import roberta_ext
-from roberta_ext.checkpoints import CheckpointError, save_roberta_checkpoint
+from roberta_ext.checkpoints import CheckpointError, save_roberta_checkpoint, store
 from roberta_ext.modeling import EncoderConfig, RobertaModel
 from roberta_ext.tokenizers import Dictionary
 from tests.conftest import REPO, run_without_fairseq
@@ -197,6 +197,29 @@ def test_bpe_overrides_must_exist(model_dir):
         roberta_ext.from_pretrained(str(model_dir), gpt2_encoder_json="/nowhere.json", gpt2_vocab_bpe="/nowhere.bpe")
     with pytest.raises(ValueError, match="both"):
         roberta_ext.from_pretrained(str(model_dir), gpt2_encoder_json="/nowhere.json")
+
+
+def test_bpe_files_the_checkpoint_was_trained_with_are_used(tmp_path, bpe_files, model_dir, monkeypatch):
+    """fairseq's hub builds the BPE from the checkpoint's ``cfg.bpe`` (``--bpe gpt2
+    --gpt2-encoder-json ...``): a folder without the files still tokenizes as it was trained,
+    with paths relative to the working directory as in fairseq; a path that is not here is said."""
+    folder = make_model_dir(tmp_path / "m", bpe_files)
+    (tmp_path / "bpe").mkdir()
+    for name in ("encoder.json", "vocab.bpe"):
+        (folder / name).rename(tmp_path / "bpe" / name)
+    state = torch.load(folder / "model.pt", weights_only=True)
+    state["cfg"]["bpe"] = {"_name": "gpt2", "gpt2_encoder_json": "bpe/encoder.json", "gpt2_vocab_bpe": "bpe/vocab.bpe"}
+    torch.save(state, folder / "model.pt")
+    monkeypatch.chdir(tmp_path)
+    expected = roberta_ext.from_pretrained(str(model_dir)).encode("Hello world! Ünïcode 🙂")
+    roberta = roberta_ext.from_pretrained(str(folder), offline=True, cache_dir=tmp_path / "empty-cache")
+    assert torch.equal(roberta.encode("Hello world! Ünïcode 🙂"), expected)
+
+    monkeypatch.chdir(folder)  # bpe/ is not here: said, then the usual fallback (the cache: empty, offline)
+    said = r"trained with --gpt2-encoder-json 'bpe/encoder.json' --gpt2-vocab-bpe 'bpe/vocab.bpe', which does not"
+    with pytest.warns(UserWarning, match=said):
+        with pytest.raises(store.DownloadError, match="offline mode is on"):
+            roberta_ext.from_pretrained(str(folder), offline=True, cache_dir=tmp_path / "empty-cache")
 
 
 def test_unknown_fairseq_overrides_are_reported_not_silently_dropped(model_dir):

@@ -53,6 +53,9 @@ class LoadedCheckpoint:
     """The model options of the file (``cfg["model"]`` or ``vars(args)``)."""
     task: dict[str, Any] = field(default_factory=dict)
     """The task options of the file (e.g. ``{"_name": "sentence_prediction", ...}``)."""
+    bpe: dict[str, Any] = field(default_factory=dict)
+    """The tokenizer options the model was trained with (``cfg["bpe"]``: ``{"_name": "gpt2",
+    "gpt2_encoder_json": ..., ...}``), empty when the file names none."""
 
 
 def upgrade_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -90,6 +93,29 @@ def model_options(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     if isinstance(args, dict):
         return dict(args), {"_name": args.get("task")}
     return {}, {}
+
+
+BPE_OPTIONS = ("gpt2_encoder_json", "gpt2_vocab_bpe", "bpe_vocab_file", "bpe_cased", "sentencepiece_model")
+"""The tokenizer options of fairseq's ``--bpe gpt2|bert|sentencepiece`` that a hub can use."""
+
+
+def bpe_options(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``--bpe`` options a checkpoint was trained with: ``cfg["bpe"]`` (fairseq >= 0.10), or
+    the ``bpe`` name and its options in an ``args`` Namespace; ``{}`` when it names none.
+
+    >>> bpe_options({"cfg": {"model": {}, "bpe": {"_name": "gpt2", "gpt2_encoder_json": "bpe/encoder.json"}}})
+    {'_name': 'gpt2', 'gpt2_encoder_json': 'bpe/encoder.json'}
+    >>> bpe_options({"args": {"bpe": None, "gpt2_encoder_json": "x"}})
+    {}
+    """
+    cfg = state.get("cfg")
+    if isinstance(cfg, dict) and "model" in cfg:
+        found = cfg.get("bpe")
+        return {str(k): v for k, v in dict(found).items()} if isinstance(found, Mapping) and found.get("_name") else {}
+    args = state.get("args")
+    if isinstance(args, dict) and args.get("bpe"):
+        return {"_name": args["bpe"], **{k: args[k] for k in BPE_OPTIONS if args.get(k) is not None}}
+    return {}
 
 
 def config_from_checkpoint(
@@ -157,7 +183,7 @@ def load_roberta_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:
         for name, (num_labels, _) in heads["token_heads"].items():
             model.register_token_head(name, num_labels=num_labels)
     load_state_strict(model, state_dict, source=path)
-    return LoadedCheckpoint(model=model.eval(), path=path, options=options, task=task)
+    return LoadedCheckpoint(model=model.eval(), path=path, options=options, task=task, bpe=bpe_options(state))
 
 
 def _heads(state_dict: Mapping[str, torch.Tensor]) -> dict[str, dict[str, tuple[int, int | None]]]:
