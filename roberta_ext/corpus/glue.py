@@ -33,21 +33,18 @@ each whole, once every task is done (:func:`roberta_ext._io.atomic_directory`): 
 error, none is written. The BPE is OpenAI's GPT-2 BPE from the download cache
 (fetched on first use, as the script's ``wget`` does; ``ROBERTA_EXT_OFFLINE=1`` forbids that), or
 the three files of ``--bpe-dir``. fairseq must be installed: it does the binarizing, as in the
-script (one ``python`` process runs fairseq-preprocess's ``cli_main`` once per column of every
-task: fairseq's import, seconds long, is paid once).
+script (:mod:`roberta_ext.corpus.binarize`: one ``python`` process runs fairseq-preprocess's
+``cli_main`` once per column of every task, so fairseq's import, seconds long, is paid once).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
-import json
 import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,6 +57,7 @@ from tqdm import tqdm
 from .._io import atomic_directory
 from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.gpt2_bpe import GPT2BPE
+from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
 from .bpe import OUTPUT_NAMES, _encode_chunk
 from .commands import positive_int, run_command
 from .pool import DEFAULT_WORKERS, OrderedRunner
@@ -343,34 +341,6 @@ def _check_label(label: str, where: str, column: int, stem: str, train_labels: s
 
 # ---------------------------------------------------------------------------------- binarizing
 
-# fairseq-preprocess's own entry point, run for every task and column in one process: importing
-# fairseq costs seconds, and each console-script run would pay it again. Each task's commands run
-# in its folder, after a line naming it. main() adds a log file handler per run; it is removed
-# after each, so that each preprocess.log holds only its own run.
-_PREPROCESS_RUNNER = """
-import json, os, sys
-from fairseq_cli import preprocess
-for batch in json.load(sys.stdin):
-    print(batch["marker"], flush=True)
-    os.chdir(batch["cwd"])
-    for arguments in batch["commands"]:
-        sys.argv = ["fairseq-preprocess", *arguments]
-        preprocess.cli_main()
-        for handler in list(preprocess.logger.handlers):
-            preprocess.logger.removeHandler(handler)
-            handler.close()
-        sys.stdout.flush()
-"""
-_MARKER = "== roberta-ext glue-preprocess: "
-
-
-def _check_fairseq() -> None:
-    if importlib.util.find_spec("fairseq_cli") is None:
-        raise CorpusError(
-            f"fairseq is not installed for {sys.executable}: glue-preprocess binarizes with its "
-            "fairseq-preprocess, as preprocess_GLUE_tasks.sh does"
-        )
-
 
 def _preprocess_commands(
     task: GlueTask, texts: list[_SplitText], text_dir: str, dict_txt: Path, workers: int
@@ -395,34 +365,6 @@ def _preprocess_commands(
             + ["--destdir", "label", "--workers", str(workers)]
         )
     return commands
-
-
-def _run_preprocess(batches: list[tuple[str, Path, list[list[str]]]]) -> dict[str, list[str]]:
-    """Run ``(task, folder, commands)`` batches, each task's commands in its folder; return
-    fairseq's ``N sents, M tokens, X% replaced`` lines per task."""
-    request = [
-        {"marker": f"{_MARKER}{name}", "cwd": str(cwd.resolve()), "commands": commands}
-        for name, cwd, commands in batches
-    ]
-    result = subprocess.run(
-        [sys.executable, "-c", _PREPROCESS_RUNNER],
-        input=json.dumps(request),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    if result.returncode != 0:
-        running = [line.removeprefix(_MARKER) for line in result.stdout.splitlines() if line.startswith(_MARKER)]
-        task = f" for {running[-1]}" if running else ""
-        raise CorpusError(f"fairseq-preprocess failed{task} ({result.returncode}):\n{result.stdout[-3000:]}")
-    reports: dict[str, list[str]] = {}
-    task = ""
-    for line in result.stdout.splitlines():
-        if line.startswith(_MARKER):
-            task = line.removeprefix(_MARKER)
-        elif "replaced" in line and ": " in line:
-            reports.setdefault(task, []).append(line.split("] ", 1)[-1])
-    return reports
 
 
 # ---------------------------------------------------------------------------------- the command
@@ -479,7 +421,7 @@ def glue_preprocess(
         target = destdir / f"{task.name}-bin"
         if not force and target.exists() and (not target.is_dir() or any(target.iterdir())):
             raise CorpusError(f"refusing to overwrite {target} (use --force)")
-    _check_fairseq()
+    check_fairseq("glue-preprocess binarizes with its fairseq-preprocess, as preprocess_GLUE_tasks.sh does")
     encoder_json, vocab_bpe, dict_txt = resolve_bpe_files(bpe_dir)
     Dictionary.load(dict_txt)  # a malformed dict.txt fails here, naming the file, not in fairseq
     bpe = GPT2BPE.from_files(encoder_json, vocab_bpe)
@@ -509,11 +451,11 @@ def glue_preprocess(
         # 3. Binarize, as the script does, with fairseq-preprocess; 4. finish each folder.
         if log is not None:
             print(f"binarizing with fairseq-preprocess: {', '.join(t.name for t in chosen)}", file=log)
-        batches = [
-            (job.task.name, job.building, _preprocess_commands(job.task, job.texts, _TEXT, dict_txt.resolve(), workers))
-            for job in jobs
-        ]
-        reports = _run_preprocess(batches)
+        batches = []
+        for job in jobs:
+            commands = _preprocess_commands(job.task, job.texts, _TEXT, dict_txt.resolve(), workers)
+            batches.append(PreprocessBatch(job.task.name, job.building, commands))
+        reports = run_fairseq_preprocess(batches)
         for job in jobs:
             job.stats.report = reports.get(job.task.name, [])
             _finish_task(job)

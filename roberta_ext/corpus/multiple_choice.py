@@ -34,11 +34,9 @@ appears whole or not at all (:func:`roberta_ext._io.atomic_directory`).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +46,7 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from .._io import atomic_directory
+from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
 from .commands import positive_int, run_command
 from .reading import CorpusError
 from .tokenize import TokenWriter
@@ -271,40 +270,6 @@ class ChoiceStats:
     """The fairseq-preprocess commands (run, or to run with ``text_only``)."""
 
 
-# fairseq-preprocess's own entry point, run once per column in one process: importing fairseq
-# costs seconds, which each console-script run would pay again (as roberta-ext glue-preprocess).
-_PREPROCESS_RUNNER = """
-import json, sys
-from fairseq_cli import preprocess
-for arguments in json.loads(sys.argv[1]):
-    sys.argv = ["fairseq-preprocess", *arguments]
-    preprocess.cli_main()
-    for handler in list(preprocess.logger.handlers):
-        preprocess.logger.removeHandler(handler)
-        handler.close()
-"""
-
-
-def _check_fairseq() -> None:
-    if importlib.util.find_spec("fairseq_cli") is None:
-        raise CorpusError(
-            f"fairseq is not installed for {sys.executable}; use --text-only and run the printed "
-            "fairseq-preprocess commands where fairseq is"
-        )
-
-
-def _binarize(commands: list[list[str]], cwd: Path) -> list[str]:
-    """Run fairseq-preprocess ``commands`` (their arguments) in ``cwd``; return its
-    ``N sents, M tokens, X% replaced (by <unk>)`` lines."""
-    result = subprocess.run(
-        [sys.executable, "-c", _PREPROCESS_RUNNER, json.dumps(commands)], cwd=cwd, capture_output=True, text=True
-    )
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise CorpusError(f"fairseq-preprocess failed ({result.returncode}):\n{output[-3000:]}")
-    return [line.split("] ", 1)[-1] for line in output.splitlines() if "replaced" in line and ": " in line]
-
-
 def prepare_multiple_choice(
     writer: TokenWriter,
     dictionary: str | os.PathLike[str],
@@ -340,7 +305,10 @@ def prepare_multiple_choice(
     if output_dir.exists() and not force and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise CorpusError(f"refusing to overwrite {output_dir} (use --force)")
     if not text_only:
-        _check_fairseq()
+        check_fairseq(
+            "prepare-multiple-choice binarizes with its fairseq-preprocess; use --text-only and run the "
+            "printed fairseq-preprocess commands where fairseq is"
+        )
     stats = ChoiceStats(num_choices=next(iter(counts.values())))
     columns = [f"input{i}" for i in range(stats.num_choices + 1)]
 
@@ -391,7 +359,9 @@ def prepare_multiple_choice(
         stats.commands = [["fairseq-preprocess", *command] for command in commands(f"{output_dir}/")]
         if not text_only:
             with tqdm(total=1, desc="binarize", disable=log is None or not log.isatty(), file=sys.stderr) as bar:
-                report = _binarize(commands(""), building)  # paths relative to the folder being built
+                # Paths relative to the folder being built.
+                batch = PreprocessBatch("multiple choice", building, commands(""))
+                report = run_fairseq_preprocess([batch])[batch.name]
                 bar.update()
             if log is not None:  # "text/valid.input1: 100 sents, 812 tokens, 0.0% replaced (by <unk>)"
                 for line in report:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -30,6 +28,7 @@ from tqdm import tqdm
 
 from .._io import atomic_directory
 from ..data.tagging import IGNORE_LABEL
+from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
 from .commands import positive_int, run_command
 from .reading import CorpusError, InputFile
 from .tokenize import TOKENIZERS, UNK, TokenWriter, join_tokens
@@ -138,17 +137,6 @@ class TagStats:
     """The fairseq-preprocess commands (run, or to run with ``text_only``)."""
 
 
-def _find_preprocess() -> str:
-    here = Path(sys.executable).parent / "fairseq-preprocess"
-    found = str(here) if here.is_file() else shutil.which("fairseq-preprocess")
-    if found is None:
-        raise CorpusError(
-            "fairseq-preprocess not found (is fairseq installed?); use --text-only and run the "
-            "printed commands where fairseq is"
-        )
-    return found
-
-
 def prepare_tagging(
     writer: TokenWriter,
     dictionary: str | os.PathLike[str],
@@ -184,7 +172,11 @@ def prepare_tagging(
     output_dir = Path(output_dir)
     if output_dir.exists() and not force and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise CorpusError(f"refusing to overwrite {output_dir} (use --force)")
-    preprocess = None if text_only else _find_preprocess()
+    if not text_only:
+        check_fairseq(
+            "prepare-tagging binarizes with its fairseq-preprocess; use --text-only and run the printed "
+            "fairseq-preprocess commands where fairseq is"
+        )
     stats = TagStats()
     read = {}
     for split, path in splits.items():
@@ -236,28 +228,26 @@ def prepare_tagging(
                         stats.first_too_long = stats.first_too_long or sentence.where
             stats.sentences[split] = len(sentences)
 
-        def commands(base: Path) -> list[list[str]]:
+        def commands(base: Path, dictionary: Path) -> list[list[str]]:  # fairseq-preprocess's arguments
             result = []
-            for column, srcdict in (("input0", Path(dictionary)), ("label", base / "text" / "label.dict.txt")):
-                command = [preprocess or "fairseq-preprocess", "--only-source", "--srcdict", str(srcdict)]
+            for column, srcdict in (("input0", dictionary), ("label", base / "text" / "label.dict.txt")):
+                command = ["--only-source", "--srcdict", str(srcdict)]
                 for split in (s for s in SPLITS if s in splits):
                     command += [f"--{split}pref", str(base / "text" / f"{split}.{column}")]
                 result.append(command + ["--destdir", str(base / column), "--workers", str(workers)])
             return result
 
-        stats.commands = commands(output_dir)
-        if preprocess is not None:
-            for command, column in zip(commands(building), ("input0", "label")):
-                result = subprocess.run(command, capture_output=True, text=True)
-                if result.returncode != 0:
-                    raise CorpusError(
-                        f"fairseq-preprocess failed for {column} ({result.returncode}):\n{result.stderr[-3000:]}"
-                    )
-                if log is not None:  # its "N sents, M tokens, X% replaced (by <unk>)" lines
-                    for line in (result.stdout + result.stderr).splitlines():
-                        if "replaced" in line and ": " in line:
-                            path, report = line.split("] ", 1)[-1].rsplit(": ", 1)
-                            print(f"{column}/{Path(path).stem}: {report}", file=log)
+        stats.commands = [["fairseq-preprocess", *command] for command in commands(output_dir, Path(dictionary))]
+        if not text_only:
+            columns = ("input0", "label")
+            absolute = commands(building.resolve(), Path(dictionary).resolve())  # run in another folder
+            batches = [PreprocessBatch(column, building, [command]) for column, command in zip(columns, absolute)]
+            reports = run_fairseq_preprocess(batches)
+            for column in columns:
+                if log is not None:  # fairseq's "PATH: N sents, M tokens, X% replaced (by <unk>)" lines
+                    for line in reports[column]:
+                        path, report = line.rsplit(": ", 1)
+                        print(f"{column}/{Path(path).stem}: {report}", file=log)
                 (building / column / "preprocess.log").unlink(missing_ok=True)  # it names the temporary folder
     return stats
 
