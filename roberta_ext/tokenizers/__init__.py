@@ -1,9 +1,11 @@
 """Tokenizers that turn text into model ids. Pure Python (plus ``sentencepiece``): no torch needed.
 
 GPT-2 byte-level BPE into fairseq dictionary indices (RoBERTa), WordPiece over a ``vocab.txt``
-(BERT), and SentencePiece over a ``spiece.model`` (ALBERT).
+(BERT), SentencePiece over a ``spiece.model`` (ALBERT), and SentencePiece over XLM-R's
+``sentencepiece.bpe.model`` in fairseq's ids (XLM-R).
 
 >>> from roberta_ext.tokenizers import FairseqGPT2Tokenizer, WordPieceTokenizer, SentencePieceTokenizer
+>>> from roberta_ext.tokenizers import XLMRSentencePiece
 >>> tok = FairseqGPT2Tokenizer.from_files("encoder.json", "vocab.bpe", "dict.txt")  # doctest: +SKIP
 >>> tok.encode("Hello world")  # doctest: +SKIP
 [31414, 232]
@@ -11,6 +13,8 @@ GPT-2 byte-level BPE into fairseq dictionary indices (RoBERTa), WordPiece over a
 [7592, 2088]
 >>> SentencePieceTokenizer.from_file("spiece.model").encode("Hello world")  # doctest: +SKIP
 [10975, 126]
+>>> XLMRSentencePiece.from_file("sentencepiece.bpe.model").encode("Hello world")  # doctest: +SKIP
+[35378, 8999]
 """
 
 from .dictionary import Dictionary, DictionaryFormatError
@@ -22,7 +26,13 @@ from .gpt2_bpe import (
     ReferenceGPT2BPE,
     bytes_to_unicode,
 )
-from .sentencepiece_tokenizer import SentencePieceFormatError, SentencePieceTokenizer, train_sentencepiece
+from .sentencepiece_tokenizer import (
+    SentencePieceFormatError,
+    SentencePieceTokenizer,
+    XLMRSentencePiece,
+    train_sentencepiece,
+    train_xlmr_sentencepiece,
+)
 from .wordpiece import (
     BasicTokenizer,
     BertPreTokenizer,
@@ -49,9 +59,11 @@ __all__ = [
     "WordPiece",
     "WordPieceFormatError",
     "WordPieceTokenizer",
+    "XLMRSentencePiece",
     "bytes_to_unicode",
     "read_vocab",
     "train_sentencepiece",
     "train_wordpiece_vocab",
+    "train_xlmr_sentencepiece",
     "write_vocab",
 ]
