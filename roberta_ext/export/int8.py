@@ -14,7 +14,7 @@ library's docstrings its mean-pooled embeddings reached a cosine of only 0.969 t
 with all 8 bits), where one scale per token gives 0.997. ``torch._int_mm`` multiplies as fast as
 fbgemm's kernel; the scaling around it is a few element-wise passes, kept cheap with per-thread
 work buffers (:class:`_Scratch`). On a quiet 2-core machine the per-token layers ran the models
-1.8-3.0x fp32, within 0-30% of fbgemm's fused kernel (docs/export.md); on cores shared with
+1.8-3.0x fp32, 0-33% behind fbgemm's fused kernel (docs/export.md); on cores shared with
 other work the passes cost more, each waiting for every thread.
 ``quantize_int8(model, activations="per_tensor")`` takes fbgemm's kernel instead, with all 8
 bits where the CPU multiplies int8 with VNNI (:class:`PerTensorInt8Linear`): faster still, but
