@@ -67,7 +67,12 @@ METRICS = ("accuracy", "f1", "mcc", "pearson", "spearman")
 Numbers = Sequence[float] | np.ndarray
 """Values a metric takes: class indices or regression values."""
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype | str] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int8": "int8",  # from_pretrained(..., dtype="int8"): the linear layers in int8, CPU only
+}
 
 
 # --------------------------------------------------------------------------------- reading
@@ -837,7 +842,12 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
 
     running = parser.add_argument_group("running")
     running.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: cuda when available)")
-    running.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="inference dtype (default: float32)")
+    running.add_argument(
+        "--dtype",
+        choices=tuple(DTYPES),
+        default="float32",
+        help="inference dtype (default: float32); int8: the linear layers in int8, on the CPU",
+    )
     running.add_argument(
         "--max-tokens",
         type=positive_int,
@@ -906,8 +916,8 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
         from .loading import from_pretrained
 
         device = args.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "auto":  # int8 runs on the CPU
+            device = "cuda" if torch.cuda.is_available() and args.dtype != "int8" else "cpu"
         try:
             hub = from_pretrained(
                 args.model,

@@ -452,6 +452,25 @@ def test_bfloat16_and_threads_options(models, tmp_path, capsys):
     torch.testing.assert_close(probabilities, expected, atol=0.05, rtol=0)  # bf16: about 3 significant digits
 
 
+def test_int8_predicts_with_the_int8_hubs_logits_on_the_cpu(models, tmp_path, capsys):
+    """``--dtype int8`` is ``from_pretrained(..., dtype="int8")``, on the CPU without --device."""
+    rows = pairs(12, seed=10)
+    path = write_glue(tmp_path / "in.tsv", None, [list(row) for row in rows])
+    output = tmp_path / "p.tsv"
+    code, _, err = run(
+        capsys, models["nli"], "--input", path, "--columns", "0,1", "--output", output, "--dtype", "int8",
+        "--probabilities",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "on cpu, int8" in err
+    probabilities = torch.tensor([[float(p) for p in row[2:]] for row in read_tsv(output)[1]])
+    int8 = roberta_ext.from_pretrained(str(models["nli"]), dtype="int8")
+    with torch.no_grad():
+        expected = torch.cat([int8.predict("sentence_classification_head", int8.encode(*row)) for row in rows]).exp()
+    torch.testing.assert_close(probabilities, expected, atol=1e-4, rtol=0)  # written with 4+ digits
+    torch.testing.assert_close(probabilities, reference(models["nli"], rows).softmax(-1), atol=0.05, rtol=0)
+
+
 def test_help(capsys):
     with pytest.raises(SystemExit) as exit_:
         predict_main(["--help"])

@@ -63,7 +63,8 @@ FAIL_AFTER_CHUNKS = "ROBERTA_EXT_EMBED_FAIL_AFTER_CHUNKS"
 """For tests: after writing this many parts, the process kills itself (SIGKILL: no cleanup runs)."""
 MANIFEST = "manifest.json"
 INPUT_FORMATS = ("text", "jsonl", "tsv")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16", "int8")
+"""``--dtype`` choices: a torch dtype's name, or ``int8`` (``from_pretrained(..., dtype="int8")``: CPU only)."""
 
 
 class EmbedError(CorpusError):
@@ -731,7 +732,12 @@ def embed_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--device", metavar="DEVICE", help="cpu, cuda, cuda:1, ... (default: cuda (LOCAL_RANK's) if there is one)"
     )
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="the model's dtype (output: float32)")
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="the model's dtype; int8: its linear layers in int8 on the CPU, about 2x fp32 (output: float32)",
+    )
     parser.add_argument(
         "--shard",
         type=Shard.parse,
@@ -765,7 +771,10 @@ def embed_main(argv: Sequence[str] | None = None) -> int:
         if not spec.path.is_file():
             raise EmbedError(f"{spec.path}: input file not found (or not a file)")
         try:
-            hub = from_pretrained(args.model, device=_device(args.device), dtype=getattr(torch, args.dtype))
+            # int8 runs on the CPU: without --device, it takes the CPU even where a GPU is.
+            device = "cpu" if args.dtype == "int8" and args.device is None else _device(args.device)
+            dtype = args.dtype if args.dtype == "int8" else getattr(torch, args.dtype)
+            hub = from_pretrained(args.model, device=device, dtype=dtype)
             embedder = Embedder.for_hub(
                 hub,
                 pooling=args.pooling,

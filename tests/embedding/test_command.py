@@ -83,6 +83,19 @@ def test_text_file_to_npy_row_i_is_line_i(tmp_path, model_dir, hub, texts):
     assert np.array_equal(np.load(tmp_path / "emb.npy"), got)
 
 
+def test_int8_gives_the_int8_hubs_embeddings(tmp_path, model_dir, hub, texts):
+    """``--dtype int8`` is ``from_pretrained(..., dtype="int8")`` (on the CPU without --device):
+    its rows are the int8 hub's, and close to float32's."""
+    source = write_lines(tmp_path / "texts.txt", texts)
+    assert run(model_dir, "--input", source, "--output", tmp_path / "int8.npy", "--dtype", "int8", *CHUNK) == 0
+    got = torch.from_numpy(np.load(tmp_path / "int8.npy"))
+    int8 = roberta_ext.from_pretrained(str(model_dir), dtype="int8")
+    torch.testing.assert_close(got, int8.embed(texts), atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(got, hub.embed(texts), atol=1e-6)  # quantized, not float32
+    assert float(torch.nn.functional.cosine_similarity(got, hub.embed(texts)).min()) > 0.99
+    assert receipt(tmp_path / "int8.npy")["options"]["dtype"] == "int8"
+
+
 def test_jsonl_pairs_tsv_columns_and_safetensors(tmp_path, model_dir, hub, texts):
     import safetensors.torch as safetensors
 
