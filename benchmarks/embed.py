@@ -44,6 +44,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import asdict, dataclass, replace  # noqa: E402
+from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -54,13 +55,10 @@ from benchmarks.run import (  # noqa: E402
     Row,
     Section,
     alternate,
-    code_version,
-    contention,
-    cpu_snapshot,
     progress,
     ratio,
-    table,
-    write_json,
+    run_section,
+    write_results,
 )
 
 for _name, _value in _TOKENIZER_ENV.items():
@@ -391,27 +389,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="roberta_ext_embed_bench_") as tmp:
         for name in chosen:
-            progress(f"== {name}")
-            before = cpu_snapshot()
-            sections[name] = BENCHMARKS[name](scale, Path(tmp))
-            busy = sections[name].data["cpu_share_taken_by_others"] = contention(before, cpu_snapshot())
-            progress(
-                f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs"
-                + (" (figures are noisy)" if sum(busy.values()) > 0.1 else "")
-            )
-    payload = {
-        "date": today,
-        "quick": args.quick,
-        "threads": torch.get_num_threads(),
-        **code_version(),
-        "scale": asdict(scale),
-        "seconds": time.perf_counter() - started,
-        "sections": {name: section.data for name, section in sections.items()},
-        "table": [{"section": name, **asdict(row)} for name, section in sections.items() for row in section.rows],
-    }
-    write_json(out, payload)
-    print()
-    print(table(sections))
+            sections[name] = run_section(name, partial(BENCHMARKS[name], scale, Path(tmp)))
+    write_results(
+        out,
+        sections,
+        date=today,
+        quick=args.quick,
+        threads=torch.get_num_threads(),
+        scale=asdict(scale),
+        seconds=time.perf_counter() - started,
+    )
     print(f"\nresults: {out}")
     return 0
 

@@ -37,7 +37,6 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -54,15 +53,12 @@ from benchmarks.run import (
     Workspace,
     alternate,
     bench_machine,
-    code_version,
-    contention,
-    cpu_snapshot,
     dictionary_symbols,
     ms,
     padded_dictionary,
     progress,
-    table,
-    write_json,
+    run_section,
+    write_results,
 )
 
 TARGET_SPEEDUP = 1.5
@@ -233,27 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             ("machine", lambda: bench_machine(QUICK, ws)),
             ("int8", lambda: bench_int8(repeats, ws, layers, args.model, args.checkpoint_file)),
         ):
-            progress(f"== {name}")
-            before = cpu_snapshot()
-            sections[name] = run()
-            busy = sections[name].data["cpu_share_taken_by_others"] = contention(before, cpu_snapshot())
-            progress(
-                f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs "
-                f"and the host stole {100 * busy['host_steal']:.0f}%"
-                + (" (figures are noisy)" if sum(busy.values()) > 0.1 else "")
-            )
-    payload = {
-        "date": today,
-        "quick": args.quick,
-        **code_version(),
-        "repeats": repeats,
-        "seconds": time.perf_counter() - started,
-        "sections": {name: section.data for name, section in sections.items()},
-        "table": [{"section": name, **asdict(row)} for name, section in sections.items() for row in section.rows],
-    }
-    write_json(out, payload)
-    print()
-    print(table(sections))
+            sections[name] = run_section(name, run)
+    write_results(out, sections, date=today, quick=args.quick, repeats=repeats, seconds=time.perf_counter() - started)
     print(f"\nresults: {out}")
     return 0
 

@@ -1525,6 +1525,36 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def run_section(name: str, run: Callable[[], Section]) -> Section:
+    """``run()``, announced, with the share of the CPUs other work took meanwhile recorded in
+    its data (other work on the machine skews every figure)."""
+    progress(f"== {name}")
+    before = cpu_snapshot()
+    section = run()
+    busy = section.data["cpu_share_taken_by_others"] = contention(before, cpu_snapshot())
+    progress(
+        f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs "
+        f"and the host stole {100 * busy['host_steal']:.0f}%"
+        + (" (figures are noisy)" if sum(busy.values()) > 0.1 else "")
+    )
+    return section
+
+
+def write_results(out: Path, sections: Mapping[str, Section], **fields: Any) -> dict[str, Any]:
+    """Write ``fields``, the code's version, every section's data and the table's rows to the
+    JSON file ``out``, print the Markdown table, and return what was written."""
+    payload = {
+        **fields,
+        **code_version(),
+        "sections": {name: section.data for name, section in sections.items()},
+        "table": [{"section": name, **asdict(row)} for name, section in sections.items() for row in section.rows],
+    }
+    write_json(out, payload)
+    print()
+    print(table(sections))
+    return payload
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1569,29 +1599,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="roberta_ext_bench_") as tmp:
         ws = Workspace(scale, Path(tmp))
         for name in chosen:
-            progress(f"== {name}")
-            before = cpu_snapshot()
-            sections[name] = BENCHMARKS[name](scale, ws)
-            # Other work on the machine skews every figure: the record says how much there was.
-            busy = sections[name].data["cpu_share_taken_by_others"] = contention(before, cpu_snapshot())
-            progress(
-                f"{name} done; meanwhile other processes used {100 * busy['other_processes']:.0f}% of the CPUs "
-                f"and the host stole {100 * busy['host_steal']:.0f}%"
-                + (" (figures are noisy)" if sum(busy.values()) > 0.1 else "")
-            )
-    payload = {
-        "date": today,
-        "quick": args.quick,
-        "device": args.device,
-        **code_version(),
-        "scale": asdict(scale),
-        "seconds": time.perf_counter() - _STARTED,
-        "sections": {name: section.data for name, section in sections.items()},
-        "table": [{"section": name, **asdict(row)} for name, section in sections.items() for row in section.rows],
-    }
-    write_json(out, payload)
-    print()
-    print(table(sections))
+            sections[name] = run_section(name, partial(BENCHMARKS[name], scale, ws))
+    payload = write_results(
+        out,
+        sections,
+        date=today,
+        quick=args.quick,
+        device=args.device,
+        scale=asdict(scale),
+        seconds=time.perf_counter() - _STARTED,
+    )
     print(
         f"\n{len(chosen)} sections in {payload['seconds'] / 60:.1f} min at commit {str(payload['commit'])[:10]}"
         f"{' with uncommitted changes' if payload['uncommitted_changes'] else ''}; results: {out}"

@@ -26,7 +26,7 @@ from .embedding.st_folder import is_sentence_transformers_dir, read_sentence_tra
 from .families import get_family
 from .hub import MASK, RobertaHubInterface
 from .tokenizers.dictionary import Dictionary
-from .tokenizers.registry import BPE_CHOICES, KINDS, TokenizerFiles, choose_kind
+from .tokenizers.registry import BPE_CHOICES, KINDS, TokenizerFiles, choose_kind, in_folder, kinds_named
 
 
 def from_pretrained(
@@ -200,8 +200,7 @@ def _trained_tokenizer(
     name = loaded.bpe.get("_name")
     if name not in BPE_CHOICES:
         return None, files
-    kinds = [kind for kind in KINDS.values() if name in kind.bpe_names or name == kind.name]
-    if any(all((model_dir / file).is_file() for file in kind.files) for kind in kinds):
+    if any(in_folder(kind, model_dir) for kind in kinds_named(name)):
         return name, files
     found: dict[str, Any] = {}
     missing = []

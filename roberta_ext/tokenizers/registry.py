@@ -382,14 +382,28 @@ def choose_kind(bpe: str | None, model_dir: Path, files: TokenizerFiles, default
     if bpe is None:
         return kind_for_folder(model_dir, files, default)
     get_kind(bpe)  # a ValueError naming the choices
-    candidates = [kind for kind in KINDS.values() if bpe in kind.bpe_names or bpe == kind.name]
+    candidates = kinds_named(bpe)
     for kind in candidates:
         if kind.given(files):
             return kind
     for kind in candidates:
-        if all((model_dir / name).is_file() for name in kind.files):
+        if in_folder(kind, model_dir):
             return kind
     return get_kind(bpe)
+
+
+def kinds_named(bpe: str) -> list[TokenizerKind]:
+    """The kinds ``bpe=`` may mean: those with fairseq's ``--bpe`` name ``bpe``, or that name.
+
+    >>> [kind.name for kind in kinds_named("sentencepiece")]
+    ['sentencepiece', 'xlmr_sentencepiece']
+    """
+    return [kind for kind in KINDS.values() if bpe in kind.bpe_names or bpe == kind.name]
+
+
+def in_folder(kind: TokenizerKind, model_dir: Path) -> bool:
+    """Whether ``model_dir`` holds every file that says a folder uses ``kind``."""
+    return all((model_dir / name).is_file() for name in kind.files)
 
 
 def kind_of(tokenizer: Tokenizer) -> TokenizerKind:
@@ -407,7 +421,7 @@ def kind_for_folder(model_dir: Path, files: TokenizerFiles, default: str) -> Tok
         if kind.given(files):
             return kind
     for kind in KINDS.values():
-        if all((model_dir / name).is_file() for name in kind.files):
+        if in_folder(kind, model_dir):
             return kind
     return get_kind(default)
 
@@ -468,6 +482,8 @@ __all__ = [
     "TokenizerKind",
     "choose_kind",
     "get_kind",
+    "in_folder",
     "kind_for_folder",
     "kind_of",
+    "kinds_named",
 ]
