@@ -53,10 +53,13 @@ def from_pretrained(
     or a known name (``roberta.base``, ``roberta.large``, ``roberta.large.mnli``), which is
     downloaded once into the cache. ``data_name_or_path`` holds ``dict.txt`` — or, after
     sentence-prediction fine-tuning, ``input0/dict.txt`` and ``label/dict.txt``; a path
-    starting with ``.`` is relative to the model folder. GPT-2 BPE files are taken from
-    ``gpt2_encoder_json``/``gpt2_vocab_bpe``, else from the model folder, else those the
-    checkpoint was trained with (its ``--bpe gpt2 --gpt2-encoder-json ...``, as fairseq's hub
-    reads them), else from the cache.
+    starting with ``.`` is relative to the model folder. The tokenizer's files are, in this order:
+    the ones passed (``gpt2_encoder_json``/``gpt2_vocab_bpe``, ...); those the checkpoint was
+    trained with (its ``--bpe gpt2 --gpt2-encoder-json ...``, as fairseq's hub reads them) where
+    they are not fairseq's default URLs and exist here; those in the model folder, then in the
+    data folder; only then fairseq's default GPT-2 BPE, from the cache or downloaded — and only for
+    a dictionary that is GPT-2's: a ``dict.txt`` of your own BPE (``roberta-ext train-bpe``) with
+    fairseq's default BPE would give wrong ids, so that is refused, naming the arguments to pass.
     ``dtype=torch.bfloat16`` runs inference in bf16: faster on CPUs with AVX512-BF16/AMX and on
     GPUs, at the cost of about three significant digits in the features. ``dtype="int8"`` puts
     every linear layer in int8 for CPU inference, inputs quantized per token
@@ -98,7 +101,7 @@ def from_pretrained(
         if str(data_name_or_path).startswith(".")
         else Path(store.resolve_model(data_name_or_path, cache_dir=cache_dir, offline=offline))
     )
-    checkpoint = model_dir / checkpoint_file
+    checkpoint = _checkpoint_path(model_dir, checkpoint_file)
     loaded = load_roberta_checkpoint(checkpoint)
 
     dictionary_path = _first_existing(data_dir / "input0" / "dict.txt", data_dir / "dict.txt")
@@ -124,15 +127,14 @@ def from_pretrained(
         cache_dir=cache_dir,
         offline=offline,
     )
-    if bpe is None and files == TokenizerFiles(cache_dir=cache_dir, offline=offline):
-        bpe, files = _trained_tokenizer(loaded, model_dir, files)
+    bpe, files, tokenizer_dir = _tokenizer_source(bpe, files, loaded, (model_dir, data_dir))
     family = get_family(loaded.model.cfg.family)
-    kind = choose_kind(bpe, model_dir, files, family.tokenizer)
+    kind = choose_kind(bpe, tokenizer_dir, files, family.tokenizer)
     if kind.family is not None and "family" not in loaded.options:
         # fairseq's own XLM-R checkpoints do not say so: they are RoBERTa checkpoints (its XLMRModel
         # is its RobertaModel) that come with XLM-R's tokenizer. The same modules, another family.
         loaded.model.cfg = loaded.model.cfg.replace(family=kind.family)
-    tokenizer = kind.for_fairseq(model_dir, dictionary, files)
+    tokenizer = kind.for_fairseq(tokenizer_dir, dictionary, files)
     cfg = {"model": loaded.options, "task": loaded.task}
     hub = RobertaHubInterface(loaded.model, tokenizer, label_dictionary=labels, cfg=cfg)
     return _place(hub.eval(), device, dtype, compile=compile)
@@ -189,24 +191,47 @@ def from_sentence_transformers(directory: str | os.PathLike[str]) -> RobertaHubI
     return from_transformers(transformer_dir, sentence_embedding=settings)
 
 
-def _trained_tokenizer(
-    loaded: LoadedCheckpoint, model_dir: Path, files: TokenizerFiles
-) -> tuple[str | None, TokenizerFiles]:
-    """The tokenizer a checkpoint was trained with (its ``--bpe`` and the files it named), for a
-    caller who named none: ``(bpe, files)``. The model folder's own files still come first (a
-    released model's folder holds them); the checkpoint's files are used where they exist here
-    (a path, relative to the working directory as in fairseq, or a URL, fetched into the cache),
-    and a path that does not exist is said and skipped."""
+def _tokenizer_source(
+    bpe: str | None, files: TokenizerFiles, loaded: LoadedCheckpoint, folders: tuple[Path, Path]
+) -> tuple[str | None, TokenizerFiles, Path]:
+    """Where a fairseq checkpoint's tokenizer comes from: ``(bpe, files, folder)``, ``folder``
+    being where the kind's usual files are looked for. In this order: what the caller passed;
+    the files the checkpoint was trained with (:func:`_trained_files`); the model folder's
+    files, then the data folder's (docs/pretraining.md copies ``encoder.json``/``vocab.bpe``
+    into ``data-bin/``); only then the family's usual tokenizer from the model folder (GPT-2's:
+    fairseq's default URLs, which :class:`~roberta_ext.tokenizers.registry.GPT2Kind` refuses to
+    pair with a dictionary that is not GPT-2's)."""
+    model_dir, data_dir = folders
+    caller_named_files = files != TokenizerFiles(cache_dir=files.cache_dir, offline=files.offline)
+    if not caller_named_files:
+        trained_bpe, trained = _trained_files(loaded, files)
+        if bpe in (None, trained_bpe):
+            if trained != files:
+                return trained_bpe, trained, model_dir
+            bpe = trained_bpe
+    kinds = kinds_named(bpe) if bpe is not None else list(KINDS.values())
+    for folder in dict.fromkeys(folders):  # the model folder first; once when they are the same
+        if any(in_folder(kind, folder) for kind in kinds):
+            return bpe, files, folder
+    return bpe, files, model_dir
+
+
+def _trained_files(loaded: LoadedCheckpoint, files: TokenizerFiles) -> tuple[str | None, TokenizerFiles]:
+    """The tokenizer a checkpoint was trained with, for a caller who named none: its ``--bpe``
+    and ``files`` plus the files it named that exist here (a path, relative to the working
+    directory as in fairseq, or a URL other than fairseq's defaults, fetched into the cache).
+    fairseq's default GPT-2 URLs are left out: every checkpoint trained without
+    ``--gpt2-encoder-json`` names them, including those trained on a BPE of the user's own.
+    A path that does not exist is said and skipped."""
     name = loaded.bpe.get("_name")
     if name not in BPE_CHOICES:
         return None, files
-    if any(in_folder(kind, model_dir) for kind in kinds_named(name)):
-        return name, files
+    defaults = {store.GPT2_BPE.encoder_json, store.GPT2_BPE.vocab_bpe}
     found: dict[str, Any] = {}
     missing = []
     for option in ("gpt2_encoder_json", "gpt2_vocab_bpe", "bpe_vocab_file", "sentencepiece_model"):
         value = loaded.bpe.get(option)
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str) or not value or value in defaults:
             continue
         if value.startswith(("http://", "https://")) or os.path.isfile(value):
             found[option] = value
@@ -217,13 +242,31 @@ def _trained_tokenizer(
             f"{loaded.path!r} was trained with {' '.join(missing)}, which does not exist here (paths are "
             f"relative to the working directory, {os.getcwd()!r}); pass the files to from_pretrained or put them "
             "in the model folder",
-            stacklevel=3,
+            stacklevel=4,
         )
     if ("gpt2_encoder_json" in found) != ("gpt2_vocab_bpe" in found):  # one of the two is no use
         del found["gpt2_encoder_json" if "gpt2_encoder_json" in found else "gpt2_vocab_bpe"]
+    if not found:
+        return name, files
     if "bpe_cased" in loaded.bpe:
         found["bpe_cased"] = bool(loaded.bpe["bpe_cased"])
     return name, dataclasses.replace(files, **found)
+
+
+def _checkpoint_path(model_dir: Path, checkpoint_file: str) -> Path:
+    """``model_dir / checkpoint_file``, or a FileNotFoundError naming the checkpoints the folder
+    does hold (a fairseq-train ``--save-dir`` has ``checkpoint_best.pt``, not ``model.pt``)."""
+    path = model_dir / checkpoint_file
+    if path.is_file():
+        return path
+    found = sorted(p.name for p in model_dir.glob("*.pt") if p.is_file())
+    if not found:
+        raise FileNotFoundError(f"checkpoint file {str(path)!r} does not exist, and {str(model_dir)!r} holds no *.pt")
+    best = "checkpoint_best.pt" if "checkpoint_best.pt" in found else found[0]
+    raise FileNotFoundError(
+        f"checkpoint file {str(path)!r} does not exist; {str(model_dir)!r} holds {', '.join(found)}: pass "
+        f"checkpoint_file={best!r} (--checkpoint-file {best} on the roberta-ext commands)"
+    )
 
 
 INT8 = "int8"

@@ -185,8 +185,14 @@ def test_dictionary_that_does_not_belong_to_the_model_is_refused(tmp_path, bpe_f
 
 def test_missing_pieces_are_named(tmp_path, bpe_files):
     folder = make_model_dir(tmp_path / "m", bpe_files)
-    with pytest.raises(FileNotFoundError, match="other.pt"):
+    with pytest.raises(FileNotFoundError, match="other.pt.*holds model.pt: pass checkpoint_file='model.pt'"):
         roberta_ext.from_pretrained(str(folder), checkpoint_file="other.pt")
+    shutil.copy(folder / "model.pt", folder / "checkpoint_last.pt")
+    (folder / "model.pt").rename(folder / "checkpoint_best.pt")  # a fairseq-train --save-dir
+    said = r"holds checkpoint_best\.pt, checkpoint_last\.pt: pass checkpoint_file='checkpoint_best\.pt' \(--checkpoint-file"
+    with pytest.raises(FileNotFoundError, match=said):
+        roberta_ext.from_pretrained(str(folder))
+    (folder / "checkpoint_best.pt").rename(folder / "model.pt")
     (folder / "dict.txt").unlink()
     with pytest.raises(FileNotFoundError, match="dict.txt"):
         roberta_ext.from_pretrained(str(folder))
@@ -215,11 +221,73 @@ def test_bpe_files_the_checkpoint_was_trained_with_are_used(tmp_path, bpe_files,
     roberta = roberta_ext.from_pretrained(str(folder), offline=True, cache_dir=tmp_path / "empty-cache")
     assert torch.equal(roberta.encode("Hello world! Ünïcode 🙂"), expected)
 
-    monkeypatch.chdir(folder)  # bpe/ is not here: said, then the usual fallback (the cache: empty, offline)
+    monkeypatch.chdir(folder)  # bpe/ is not here: said, then the usual fallback, which this dict.txt refuses
     said = r"trained with --gpt2-encoder-json 'bpe/encoder.json' --gpt2-vocab-bpe 'bpe/vocab.bpe', which does not"
     with pytest.warns(UserWarning, match=said):
-        with pytest.raises(store.DownloadError, match="offline mode is on"):
+        with pytest.raises(FileNotFoundError, match="gpt2_encoder_json= and gpt2_vocab_bpe="):
             roberta_ext.from_pretrained(str(folder), offline=True, cache_dir=tmp_path / "empty-cache")
+
+
+def _trained_with_fairseqs_defaults(checkpoint: Path) -> None:
+    """Give ``checkpoint`` the BPE options fairseq-train records when it is given no BPE files."""
+    state = torch.load(checkpoint, weights_only=True)
+    state["cfg"]["bpe"] = {
+        "_name": "gpt2",
+        "gpt2_encoder_json": store.GPT2_BPE.encoder_json,
+        "gpt2_vocab_bpe": store.GPT2_BPE.vocab_bpe,
+    }
+    torch.save(state, checkpoint)
+
+
+@pytest.fixture
+def no_downloads(monkeypatch):
+    def refuse(url, *args, **kwargs):
+        raise AssertionError(f"tried to download {url}")
+
+    monkeypatch.setattr(store, "download", refuse)
+
+
+def test_own_bpe_in_the_data_folder_wins_over_fairseqs_default_urls(tmp_path, bpe_files, model_dir, no_downloads):
+    """docs/pretraining.md's layout: ``checkpoints/checkpoint_best.pt`` trained on a BPE of the
+    user's own, whose files sit in ``data-bin/`` beside ``dict.txt``; the checkpoint names
+    fairseq's default URLs. The data folder's files are used, nothing is downloaded."""
+    folder = make_model_dir(tmp_path / "work" / "checkpoints", bpe_files)
+    data_bin = tmp_path / "work" / "data-bin"
+    data_bin.mkdir()
+    for name in ("encoder.json", "vocab.bpe", "dict.txt"):
+        (folder / name).rename(data_bin / name)
+    (folder / "model.pt").rename(folder / "checkpoint_best.pt")
+    _trained_with_fairseqs_defaults(folder / "checkpoint_best.pt")
+    expected = roberta_ext.from_pretrained(str(model_dir)).encode("Hello world! Ünïcode 🙂")
+    roberta = roberta_ext.from_pretrained(str(folder), "checkpoint_best.pt", str(data_bin), cache_dir=tmp_path / "c")
+    assert torch.equal(roberta.encode("Hello world! Ünïcode 🙂"), expected)
+
+
+def test_fairseqs_default_bpe_is_not_paired_with_a_dictionary_of_another_bpe(tmp_path, bpe_files, no_downloads):
+    """Without BPE files anywhere, a checkpoint naming fairseq's default URLs over a ``dict.txt``
+    that is not GPT-2's is refused before any download, naming what to pass (not wrong ids)."""
+    folder = make_model_dir(tmp_path / "m", bpe_files)
+    for name in ("encoder.json", "vocab.bpe"):
+        (folder / name).unlink()
+    _trained_with_fairseqs_defaults(folder / "model.pt")
+    said = r"dict\.txt'.*not GPT-2's 50257.*pass gpt2_encoder_json= and gpt2_vocab_bpe= \(--gpt2-encoder-json"
+    with pytest.raises(FileNotFoundError, match=said) as raised:
+        roberta_ext.from_pretrained(str(folder), cache_dir=tmp_path / "c")
+    assert "\n" not in str(raised.value)
+
+
+def test_fairseqs_default_bpe_offline_is_one_line_naming_the_options(tmp_path):
+    """GPT-2's own dictionary may take fairseq's default BPE; offline and not cached, the error is
+    one line naming the options, not a chained download traceback."""
+    from roberta_ext.tokenizers.registry import GPT2_IDS, KINDS, TokenizerFiles
+
+    gpt2_dictionary = Dictionary()
+    for gpt2_id in sorted(GPT2_IDS):
+        gpt2_dictionary.add_symbol(str(gpt2_id))
+    files = TokenizerFiles(cache_dir=tmp_path / "empty-cache", offline=True)
+    with pytest.raises(FileNotFoundError, match="offline mode is on.*pass gpt2_encoder_json=") as raised:
+        KINDS["gpt2"].for_fairseq(tmp_path, gpt2_dictionary, files)
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
 def test_unknown_fairseq_overrides_are_reported_not_silently_dropped(model_dir):

@@ -52,6 +52,8 @@ class Dictionary:
         extra_special_symbols: Iterable[str] | None = None,
     ) -> None:
         self.bos_word, self.pad_word, self.eos_word, self.unk_word = bos, pad, eos, unk
+        self.source = "dictionary"
+        """Where the symbols came from (the ``dict.txt`` read), for messages."""
         # `symbols` may hold a symbol twice (a row flagged #fairseq:overwrite); `indices` then
         # points at the later copy, exactly as in fairseq.
         self.symbols: list[str] = []
@@ -206,6 +208,7 @@ class Dictionary:
         """
         d = cls.__new__(cls)
         d.bos_word, d.pad_word, d.eos_word, d.unk_word = bos, pad, eos, unk
+        d.source = source
         d.symbols, d.count, d.indices = [], [], {}
         for index, symbol in enumerate(symbols):
             if symbol in d.indices:
@@ -239,6 +242,7 @@ class Dictionary:
         """
         dictionary = cls()
         path = Path(path)
+        dictionary.source = str(path)
         try:
             # Text mode with universal newlines, like fairseq: "\n", "\r\n" and "\r" end a row.
             with open(path, encoding="utf-8") as file:

@@ -33,6 +33,10 @@ from .pieces import PieceTokenizer, char_spans
 Tokenizer = FairseqGPT2Tokenizer | PieceTokenizer
 """What a hub holds: text <-> model indices (``encode``, ``decode``, ``dictionary``)."""
 
+GPT2_IDS = frozenset(range(50257))
+"""The ids of GPT-2's BPE: fairseq's ``gpt2_bpe/dict.txt`` lists every one (and three
+``madeupword``s), so a ``dict.txt`` lacking some was built over another BPE."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizerFiles:
@@ -109,7 +113,6 @@ class GPT2Kind:
         return files.gpt2_encoder_json is not None
 
     def for_fairseq(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> Tokenizer:
-        from ..checkpoints import store
 
         encoder_json, vocab_bpe = files.gpt2_encoder_json, files.gpt2_vocab_bpe
         if (encoder_json is None) != (vocab_bpe is None):
@@ -119,8 +122,31 @@ class GPT2Kind:
         elif all((model_dir / name).is_file() for name in self.files):
             paths = (model_dir / "encoder.json", model_dir / "vocab.bpe")
         else:
-            paths = store.resolve_gpt2_bpe_files(cache_dir=files.cache_dir, offline=files.offline)
+            paths = self._default_files(model_dir, dictionary, files)
         return FairseqGPT2Tokenizer(GPT2BPE.from_files(*paths), dictionary)
+
+    def _default_files(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> tuple[Path, Path]:
+        """fairseq's default GPT-2 BPE (``--gpt2-encoder-json``'s default URL), from the cache or
+        downloaded — for GPT-2's own dictionary only. A checkpoint trained on a BPE of the user's
+        own names these URLs too (fairseq-train's defaults), and GPT-2's BPE over that ``dict.txt``
+        gives wrong ids without a word of warning: refused here, naming what to pass."""
+        from ..checkpoints import store
+
+        how = (
+            "pass gpt2_encoder_json= and gpt2_vocab_bpe= (--gpt2-encoder-json and --gpt2-vocab-bpe on the "
+            f"roberta-ext commands), or put encoder.json and vocab.bpe in {str(model_dir)!r}"
+        )
+        ids = {int(s) for s in dictionary.symbols if s.isdigit()}
+        if not ids >= GPT2_IDS:
+            raise FileNotFoundError(
+                f"no GPT-2 BPE files for {dictionary.source!r}: none were given or found beside the model or its "
+                f"data, and fairseq's default GPT-2 BPE does not fit this dictionary ({len(ids)} BPE ids, not "
+                f"GPT-2's {len(GPT2_IDS)}: it comes from a BPE of your own, such as roberta-ext train-bpe's); {how}"
+            )
+        try:
+            return store.resolve_gpt2_bpe_files(cache_dir=files.cache_dir, offline=files.offline)
+        except store.DownloadError as err:
+            raise FileNotFoundError(f"no GPT-2 BPE files: {err}; {how}") from None
 
     def from_transformers(
         self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
