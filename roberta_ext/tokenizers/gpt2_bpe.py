@@ -39,7 +39,10 @@ __all__ = [
     "GPT2BPE",
     "GPT2BPEFormatError",
     "ReferenceGPT2BPE",
+    "WordCache",
     "bytes_to_unicode",
+    "read_encoder_json",
+    "read_vocab_bpe",
 ]
 
 # GPT-2's pre-tokenisation, verbatim from fairseq/OpenAI. It is case-sensitive on purpose
@@ -107,7 +110,12 @@ def bytes_to_unicode() -> dict[int, str]:
 # ---------------------------------------------------------------------------------------- files
 
 
-def _read_encoder_json(path: Path) -> dict[str, int]:
+def read_encoder_json(path: Path) -> dict[str, int]:
+    """The token -> GPT-2 id map of an ``encoder.json`` (or transformers' ``vocab.json``), unchecked.
+
+    Raises ``FileNotFoundError`` for a missing file and :class:`GPT2BPEFormatError`, naming the
+    file, for one that is not a JSON object. :meth:`GPT2BPE.from_files` checks the ids as well.
+    """
     try:
         with open(path, encoding="utf-8") as file:
             encoder = json.load(file)
@@ -122,7 +130,13 @@ def _read_encoder_json(path: Path) -> dict[str, int]:
     return encoder
 
 
-def _read_vocab_bpe(path: Path) -> list[tuple[str, str]]:
+def read_vocab_bpe(path: Path) -> list[tuple[str, str]]:
+    """The merges of a ``vocab.bpe`` (or transformers' ``merges.txt``), best first, as fairseq reads them.
+
+    The first line must be the ``#version`` header; a file that does not end with a newline loses
+    its last merge, as in fairseq, with a warning. Raises ``FileNotFoundError`` for a missing file
+    and :class:`GPT2BPEFormatError`, naming the file and line, for anything else amiss.
+    """
     try:
         # Universal newlines, as fairseq reads it: "\r\n" and "\r" become "\n".
         with open(path, encoding="utf-8") as file:
@@ -195,8 +209,8 @@ def _load_files(
     encoder_json: str | os.PathLike[str], vocab_bpe: str | os.PathLike[str]
 ) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Read and check both files; errors name the file (and line) at fault."""
-    encoder = _read_encoder_json(Path(encoder_json))
-    merges = _read_vocab_bpe(Path(vocab_bpe))
+    encoder = read_encoder_json(Path(encoder_json))
+    merges = read_vocab_bpe(Path(vocab_bpe))
     # Merge n is on line n + 1: the header comes first and blank lines were rejected.
     _check_vocabulary(
         encoder,
@@ -270,11 +284,16 @@ class ReferenceGPT2BPE:
 _Item = TypeVar("_Item")  # what a word is encoded into: GPT-2 ids, WordPiece ids, BERT's basic tokens
 
 
-class _WordCache(dict[str, tuple[_Item, ...]], Generic[_Item]):
-    """word -> encoded tuple; computes on a miss and forgets everything when full.
+class WordCache(dict[str, tuple[_Item, ...]], Generic[_Item]):
+    """word -> encoded tuple; computes on a miss and forgets everything when full (at ``max_size``
+    words). Shared by the GPT-2 and WordPiece encoders.
 
     Being a dict subclass with ``__missing__`` lets ``map(cache.__getitem__, words)`` run the
     whole hit path in C.
+
+    >>> cache = WordCache(lambda word: tuple(word.upper()), max_size=2)
+    >>> cache["ab"], cache["c"], len(cache), cache["d"], len(cache)
+    (('A', 'B'), ('C',), 2, ('D',), 1)
     """
 
     __slots__ = ("_compute", "_max_size")
@@ -323,7 +342,7 @@ class GPT2BPE:
         self._bytes_of_id = {
             token_id: bytes(map(byte_of_symbol.__getitem__, token)) for token, token_id in self.encoder.items()
         }
-        self._cache = _WordCache(self._word_ids, cache_size)
+        self._cache = WordCache(self._word_ids, cache_size)
 
     @property
     def merges(self) -> list[tuple[str, str]]:
@@ -475,7 +494,7 @@ class FairseqGPT2Tokenizer:
         # Precomputed once: the hot path never formats an id as text or looks up a symbol.
         self._index_of_id = {token_id: dictionary.index(str(token_id)) for token_id in bpe.decoder}
         # Our own cache of word -> dictionary indices, so a hit skips the GPT-2 ids entirely.
-        self._cache = _WordCache(self._word_indices, cache_size)
+        self._cache = WordCache(self._word_indices, cache_size)
 
     @classmethod
     def from_files(

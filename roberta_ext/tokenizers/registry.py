@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .dictionary import Dictionary
-from .gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer, _read_encoder_json, _read_vocab_bpe, bytes_to_unicode
+from .gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer, bytes_to_unicode, read_encoder_json, read_vocab_bpe
 from .pieces import PieceTokenizer, char_spans
 
 Tokenizer = FairseqGPT2Tokenizer | PieceTokenizer
@@ -152,8 +152,8 @@ class GPT2Kind:
         self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
     ) -> Tokenizer:
         if (directory / "vocab.json").is_file():
-            vocab = _read_encoder_json(directory / "vocab.json")
-            merges = _read_vocab_bpe(directory / "merges.txt")
+            vocab = read_encoder_json(directory / "vocab.json")
+            merges = read_vocab_bpe(directory / "merges.txt")
         elif fast.get("type") == "BPE":
             vocab = dict(fast["vocab"])
             merges = []
@@ -452,6 +452,14 @@ def kind_for_folder(model_dir: Path, files: TokenizerFiles, default: str) -> Tok
     return get_kind(default)
 
 
+def write_transformers_tokenizer(tokenizer: Tokenizer, directory: Path, *, max_positions: int, mask_token: str) -> None:
+    """Write ``tokenizer``'s files for transformers into ``directory``: its kind's vocabulary
+    files and ``tokenizer_config.json`` (``model_max_length``, the specials, the class)."""
+    config: dict[str, Any] = {"model_max_length": max_positions}
+    kind_of(tokenizer).save_transformers(tokenizer, directory, config, mask_token=mask_token)
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
 def _transformers_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> GPT2BPE:
     """GPT-2 BPE over transformers' ``vocab.json`` (token -> model index) and merges.
 
@@ -512,4 +520,5 @@ __all__ = [
     "kind_for_folder",
     "kind_of",
     "kinds_named",
+    "write_transformers_tokenizer",
 ]

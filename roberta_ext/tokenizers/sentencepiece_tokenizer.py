@@ -46,8 +46,8 @@ from typing import Any
 import sentencepiece
 
 from .._io import write_bytes_atomic
+from .normalization import SpecialTokenSplitter, check_unicode, lowercase_per_character
 from .pieces import char_spans_of_bytes
-from .wordpiece import _lowercase_per_character  # transformers 4.x's per-character lowercasing
 
 __all__ = [
     "ALBERT_CONTROL_SYMBOLS",
@@ -160,13 +160,10 @@ class SentencePieceTokenizer:
         self.unk_token, self.pad_token, self.cls_token = unk_token, pad_token, cls_token
         self.sep_token, self.mask_token = sep_token, mask_token
         self._special_ids = ids
-        # Longest first, so that of two specials starting at the same place the longer wins, as
-        # with transformers' trie.
-        alternatives = "|".join(map(re.escape, sorted(ids, key=len, reverse=True)))
-        self._special_pattern = re.compile(f"({alternatives})")
-        # transformers lowercases the text around the specials *before* it looks for them, so a
-        # special spelled in lowercase ("<unk>", "<pad>") is also found where the text has "<UNK>".
-        self._split_again = do_lower_case and any(_lowercase_per_character(t) == t for t in ids)
+        # transformers' slow AlbertTokenizer lowercases the text around the specials *before* it
+        # looks for them, so "<unk>" and "<pad>" are also found where the text has "<UNK>". Its
+        # [MASK] strips the space before it (lstrip=True); preprocess_text strips every chunk anyway.
+        self._specials = SpecialTokenSplitter(ids, lowercase=do_lower_case)
 
     @classmethod
     def from_file(
@@ -250,17 +247,6 @@ class SentencePieceTokenizer:
 
     # ---------------------------------------------------------------- encoding
 
-    def _chunks(self, text: str) -> Iterator[tuple[str, bool]]:
-        """``(text, False)`` between special tokens (lowercased per character if asked), ``(token, True)``."""
-        parts = self._special_pattern.split(text)
-        if self.do_lower_case:
-            parts[::2] = map(_lowercase_per_character, parts[::2])
-            if self._split_again:
-                parts = self._special_pattern.split("".join(parts))
-        for i, part in enumerate(parts):
-            if i % 2 or part:
-                yield part, bool(i % 2)
-
     def _pieces(self, text: str) -> list[str]:
         """ALBERT's ``_tokenize`` of text without special tokens."""
         text = preprocess_text(text, do_lower_case=self.do_lower_case, keep_accents=self.keep_accents)
@@ -290,10 +276,10 @@ class SentencePieceTokenizer:
         appears as itself (and encodes to ``<unk>``). Text that is not valid Unicode (a lone
         surrogate, such as ``"\\ud800"``, from a badly decoded file) raises ``ValueError``:
         SentencePiece reads UTF-8, which cannot hold it."""
-        _check_utf8(text)
+        check_unicode(text, reader="SentencePiece")
         pieces: list[str] = []
-        for chunk, is_special in self._chunks(text):
-            if is_special:
+        for chunk, special_id in self._specials.split(text):
+            if special_id is not None:
                 pieces.append(chunk)
             else:
                 pieces.extend(self._pieces(chunk))
@@ -415,8 +401,8 @@ class XLMRSentencePiece:
         self._tokens = [*XLMR_SPECIALS, *pieces, self.mask_token]
         self._ids = {token: index for index, token in reversed(list(enumerate(self._tokens)))}  # first wins
         self._special_ids = {token: self._ids[token] for token in (*XLMR_SPECIALS, self.mask_token)}
-        alternatives = "|".join(map(re.escape, sorted(self._special_ids, key=len, reverse=True)))
-        self._special_pattern = re.compile(f"({alternatives})")
+        # Matched as written: transformers' XLMRobertaTokenizer has no lowercasing.
+        self._specials = SpecialTokenSplitter(self._special_ids)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, split_specials: bool = False) -> XLMRSentencePiece:
@@ -457,14 +443,13 @@ class XLMRSentencePiece:
             yield text, 0, False
             return
         offset = 0
-        for i, part in enumerate(self._special_pattern.split(text)):
-            if part:
-                yield part, offset, bool(i % 2)
+        for part, special_id in self._specials.split(text):  # not lowercased: parts add up to text
+            yield part, offset, special_id is not None
             offset += len(part)
 
     def _segment_tokens(self, text: str) -> list[str]:
         """The pieces of text without special tokens."""
-        _check_utf8(text)
+        check_unicode(text, reader="SentencePiece")
         pieces = self.sp.encode(text, out_type=str)
         # Whitespace that SentencePiece's normalizer keeps (U+0085 under NFKC) ends up in pieces.
         if not self.split_specials:
@@ -483,7 +468,7 @@ class XLMRSentencePiece:
 
     def _segment_spans(self, text: str) -> list[tuple[str, int, int]]:
         """:meth:`_segment_tokens` with the characters of ``text`` each piece came from."""
-        _check_utf8(text)
+        check_unicode(text, reader="SentencePiece")
         proto = self.sp.encode(text, return_type="proto").pieces  # with byte offsets into text
         spans = char_spans_of_bytes(text, [(p.begin, p.end) for p in proto])
         pieces = [(p.piece, start, end) for p, (start, end) in zip(proto, spans)]
@@ -530,17 +515,6 @@ class XLMRSentencePiece:
         return f"{type(self).__name__}({self.source!r}, {self.vocab_size} ids, split_specials={self.split_specials})"
 
 
-def _check_utf8(text: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"text {text[max(0, error.start - 20) : error.end + 20]!r} has a lone surrogate at "
-            f"index {error.start} ({text[error.start]!r}): not valid Unicode, which "
-            "SentencePiece cannot tokenize"
-        ) from None
-
-
 # ---------------------------------------------------------------------------------------- training
 
 
@@ -581,7 +555,7 @@ def train_sentencepiece(
     def sentences() -> Iterator[str]:
         for text in texts:
             if do_lower_case:
-                text = _lowercase_per_character(text)
+                text = lowercase_per_character(text)
             yield preprocess_text(text, do_lower_case=do_lower_case, keep_accents=keep_accents)
 
     options: dict[str, Any] = dict(  # SentencePiece trainer flags of all kinds

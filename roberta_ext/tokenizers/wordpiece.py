@@ -45,10 +45,9 @@ from __future__ import annotations
 
 import heapq
 import os
-import re
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
@@ -56,7 +55,8 @@ from tqdm import tqdm
 
 from .._io import atomic_write
 from . import _bert_unicode
-from .gpt2_bpe import DEFAULT_CACHE_SIZE, _WordCache
+from .gpt2_bpe import DEFAULT_CACHE_SIZE, WordCache
+from .normalization import SpecialTokenSplitter, check_unicode
 
 __all__ = [
     "BERT_SPECIAL_TOKENS",
@@ -96,25 +96,11 @@ holds more distinct characters; a scan of all of Unicode would otherwise keep a 
 
 
 class _LoneSurrogate(ValueError):
-    """Raised from inside ``str.translate``; :func:`_check_text` turns it into a message."""
+    """Raised from inside ``str.translate``; :func:`.normalization.check_unicode` turns it into a message."""
 
 
-def _check_text(text: str) -> None:
-    """Raise ``ValueError`` naming the first lone surrogate of ``text``, if it has one.
-
-    >>> _check_text("ok \\udcff bytes")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: text 'ok \\udcff bytes' has a lone surrogate at index 3 ('\\udcff'): not valid Unicode...
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"text {text[max(0, error.start - 20) : error.end + 20]!r} has a lone surrogate at index "
-            f"{error.start} ({text[error.start]!r}): not valid Unicode, which BERT's tokenizers cannot "
-            "tokenize (transformers 5's BertTokenizer raises TypeError); decode the bytes properly first"
-        ) from None
+_READER = "BERT's tokenizers (transformers 5's BertTokenizer raises TypeError)"
+"""What cannot read a lone surrogate, for :func:`.normalization.check_unicode`'s message."""
 
 
 def _is_whitespace(char: str) -> bool:
@@ -269,19 +255,6 @@ _NORMALIZE_TABLES = {
 }
 
 
-def _lowercase_per_character(text: str) -> str:
-    """``"".join(c.lower() for c in text)``, fast: transformers 4.x lowercased one character at a
-    time, and so does Rust's ``tokenizers``.
-
-    Python's ``str.lower`` is per character except for one context rule (Final_Sigma): a capital
-    sigma that ends a word becomes ``ς``. Turning every ``Σ`` into ``σ`` first removes the rule.
-
-    >>> _lowercase_per_character("ΟΔΟΣ İ"), "ΟΔΟΣ".lower()
-    ('οδοσ i̇', 'οδος')
-    """
-    return text.replace("Σ", "σ").lower()
-
-
 def _strip_accents(text: str) -> str:
     """NFD, then drop every nonspacing mark (Mn), as BERT's ``_run_strip_accents``.
 
@@ -349,7 +322,7 @@ class BasicTokenizer:
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.strip_accents = strip_accents
         self._table = _CLEAN_TABLES[True, tokenize_chinese_chars]
-        self._cache = _WordCache(self.split_word, cache_size)
+        self._cache = WordCache(self.split_word, cache_size)
 
     def words(self, text: str) -> list[str]:
         """The whitespace-separated words of ``text`` after cleaning, CJK splitting and NFC.
@@ -362,7 +335,7 @@ class BasicTokenizer:
         try:
             cleaned = text.translate(self._table)
         except _LoneSurrogate:
-            _check_text(text)
+            check_unicode(text, reader=_READER)
             raise
         return unicodedata.normalize("NFC", cleaned).split()
 
@@ -434,13 +407,13 @@ class BertPreTokenizer:
         self._table = _CLEAN_TABLES[False, tokenize_chinese_chars]
         self._normalize_table = _NORMALIZE_TABLES[self._strip, do_lower_case, False]
         self._split_table = _NORMALIZE_TABLES[self._strip, do_lower_case, True]
-        self._cache = _WordCache(self.split_word, cache_size)
+        self._cache = WordCache(self.split_word, cache_size)
 
     def _clean(self, text: str) -> str:
         try:
             return text.translate(self._table)
         except _LoneSurrogate:
-            _check_text(text)
+            check_unicode(text, reader=_READER)
             raise
 
     def normalize(self, text: str) -> str:
@@ -681,7 +654,7 @@ class WordPieceTokenizer:
         self._special_ids = {token: self.token_ids[token] for token in specials.values()}
         # The Rust tokenizer matches special tokens in the text as written (they are added tokens
         # with normalized=False); the Python one lowercased around them first.
-        self._specials = _SpecialSplitter(self._special_ids, lowercase=do_lower_case and legacy)
+        self._specials = SpecialTokenSplitter(self._special_ids, lowercase=do_lower_case and legacy)
         self.basic: BasicTokenizer | BertPreTokenizer
         if legacy:
             # transformers passes the special tokens as `never_split`: a word that only becomes a
@@ -704,7 +677,7 @@ class WordPieceTokenizer:
             self.token_ids, unk_token=unk_token, max_input_chars_per_word=max_input_chars_per_word
         )
         self._unk_ids = (self.token_ids[unk_token],)
-        self._cache = _WordCache(self._word_ids, cache_size)
+        self._cache = WordCache(self._word_ids, cache_size)
 
     @classmethod
     def from_file(
@@ -832,7 +805,7 @@ class WordPieceTokenizer:
                 else:
                     ids.append(special_id)
         except ValueError:
-            _check_text(text)  # a lone surrogate: say where it is in the whole text
+            check_unicode(text, reader=_READER)  # a lone surrogate: say where it is in the whole text
             raise
         return ids
 
@@ -884,36 +857,6 @@ def _clean_up_tokenization(text: str) -> str:
     )
 
 
-class _SpecialSplitter:
-    """Cuts special tokens out of text and lowercases the rest, as transformers 4.x's
-    ``PreTrainedTokenizer.tokenize`` does before calling the model's own tokenizer."""
-
-    def __init__(self, special_ids: Mapping[str, int], *, lowercase: bool) -> None:
-        self._ids = dict(special_ids)
-        # Longest first, so that of two specials starting at the same place the longer wins,
-        # as with transformers' trie.
-        alternatives = "|".join(map(re.escape, sorted(self._ids, key=len, reverse=True)))
-        self._pattern = re.compile(f"({alternatives})")
-        self._lowercase = lowercase
-        # transformers lowercases the text around the specials *before* splitting on them, so a
-        # special written in lowercase ("<unk>") also matches its uppercase spelling in the text.
-        # BERT's specials are uppercase, so one split suffices for them.
-        self._split_again = lowercase and any(_lowercase_per_character(t) == t for t in self._ids)
-
-    def split(self, text: str) -> Iterator[tuple[str, int | None]]:
-        """``(chunk, None)`` for text between specials (lowercased if asked), ``(token, id)`` for specials."""
-        parts = self._pattern.split(text)
-        if self._lowercase:
-            parts[::2] = map(_lowercase_per_character, parts[::2])
-            if self._split_again:
-                parts = self._pattern.split("".join(parts))
-        for i, part in enumerate(parts):
-            if i % 2:
-                yield part, self._ids[part]
-            elif part:
-                yield part, None
-
-
 # ---------------------------------------------------------------------------------------- training
 
 
@@ -952,7 +895,7 @@ def train_wordpiece_vocab(
     """
     special_tokens = list(special_tokens)
     _index_tokens(special_tokens, source="special_tokens", error=ValueError)
-    specials = _SpecialSplitter(dict.fromkeys(special_tokens, 0), lowercase=do_lower_case and legacy)
+    specials = SpecialTokenSplitter(dict.fromkeys(special_tokens, 0), lowercase=do_lower_case and legacy)
     special_set = set(special_tokens)
     basic: BasicTokenizer | BertPreTokenizer
     if legacy:
