@@ -147,7 +147,8 @@ def read_examples(
       is an empty input).
     * ``tsv``: fields split at tabs (no quoting, as fairseq's GLUE script's ``cut`` reads them),
       each stripped. ``columns`` are 0-based numbers, or names of the header line; ``header``
-      says whether there is one (default: when a column is named). With ``exact_fields``, a
+      says whether there is one (default: when a column is named); an empty file then is an
+      error, and a file with the header line alone has no rows. With ``exact_fields``, a
       row with another number of fields is an error (fairseq's GLUE script drops QQP's).
     * ``jsonl``: one object per line (blank lines skipped). Default ``columns``: ``text``, plus
       ``text_pair`` and ``label`` when the first object has them.
@@ -187,7 +188,9 @@ def _read_tsv(
     indices: list[int] = []
     if header:
         first = next(lines, None)
-        names = [] if first is None else [f.strip() for f in _decode(first[1], f"{source.name}:1").split("\t")]
+        if first is None:  # (a header line and no rows is fine: 0 rows, a header-only output)
+            raise CorpusError(f"{source.name} is empty: no header line")
+        names = [f.strip() for f in _decode(first[1], f"{source.name}:1").split("\t")]
         for name in wanted:
             if name.isdigit():
                 indices.append(int(name))
@@ -322,9 +325,10 @@ def glue_layout(task: GlueTask, split: str) -> GlueLayout:
 def choose_head(hub: Any, head: str | None) -> str:
     """The classification head to predict with: ``head``, or the model's only one.
 
-    >>> from roberta_ext.modeling import EncoderConfig, RobertaModel
+    >>> from roberta_ext.families import preset
+    >>> from roberta_ext.modeling import RobertaModel
     >>> from types import SimpleNamespace
-    >>> model = RobertaModel(EncoderConfig.preset("tiny"))
+    >>> model = RobertaModel(preset("tiny"))
     >>> _ = model.register_classification_head("sentiment", num_classes=2)
     >>> choose_head(SimpleNamespace(model=model), None)
     'sentiment'
@@ -937,15 +941,16 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
         examples = read_examples(
             args.input, format=input_format, columns=columns, header=header, exact_fields=exact_fields, log=sys.stderr
         )
+        where = "<stdin>" if args.input == "-" else args.input
         total = _count_rows(args.input) if progress else None
         if total is not None and header:
-            total -= 1
+            total = max(total - 1, 0)
         stats = predict_file(
             hub,
             examples,
             args.output,
             head=args.head,
-            where="<stdin>" if args.input == "-" else args.input,
+            where=where,
             output_format=output_format,
             probabilities=args.probabilities,
             regression=args.regression,
@@ -958,11 +963,16 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
             progress=progress,
             total=total,
         )
-        rate = stats.rows / stats.seconds if stats.seconds else 0.0
-        print(
-            f"{stats.rows} rows -> {args.output} (head {stats.head!r}, {rate:.0f} rows/s on {device}, {args.dtype})",
-            file=sys.stderr,
-        )
+        if stats.rows:
+            rate = stats.rows / stats.seconds if stats.seconds else 0.0
+            print(
+                f"{stats.rows} rows -> {args.output} (head {stats.head!r}, {rate:.0f} rows/s on {device}, "
+                f"{args.dtype})",
+                file=sys.stderr,
+            )
+        else:  # nothing to predict is not an error, but worth saying
+            written = "an empty" if output_format == "jsonl" else "a header-only"
+            print(f"{prog}: {where} has 0 rows; wrote {written} {args.output}", file=sys.stderr)
         if stats.metrics:
             print(format_metrics(stats.metrics))
         if args.metrics_file:  # the metrics as fractions; only the row count for unlabelled input

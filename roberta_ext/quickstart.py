@@ -160,7 +160,8 @@ def last_valid(log: str, key: str) -> float | None:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``roberta-ext quickstart``'s options."""
     parser = argparse.ArgumentParser(
         prog="roberta-ext quickstart",
         description="Pretrain and fine-tune a small RoBERTa with fairseq-train --user-dir roberta_ext on the "
@@ -184,8 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=2, help="processes for bpe-encode/preprocess (default: %(default)s)"
     )
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="seed of the train/valid/test split, of the label balancing and of both fairseq-train runs "
+        "(default: %(default)s)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     out: Path = args.out.resolve()
     if out.exists():
         shutil.rmtree(out)

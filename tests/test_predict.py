@@ -20,7 +20,8 @@ import torch
 import roberta_ext
 from roberta_ext.checkpoints import save_roberta_checkpoint
 from roberta_ext.corpus.glue import TASKS
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.families import preset
+from roberta_ext.modeling import RobertaModel
 from roberta_ext.predict import (
     GLUE_METRICS,
     Example,
@@ -47,7 +48,7 @@ def make_classifier(directory: Path, bpe_files, heads: dict[str, int], labels: l
     directory.mkdir(parents=True)
     vocab = len(Dictionary.load(bpe_files.dict_txt)) + 1  # + <mask>
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset("tiny", vocab_size=vocab))
+    model = RobertaModel(preset("tiny", vocab_size=vocab))
     for name, outputs in heads.items():
         model.register_classification_head(name, num_classes=outputs)
     # At random initialisation attention is nearly uniform and adds little to <s>, so every
@@ -401,6 +402,8 @@ BAD_INPUTS = [
     ("dev.tsv", "x\ty\nThe dog.\tq\n", ["--columns", "x,label=y"],
      r"dev\.tsv:2: label 'q' is not one of the model's labels \['a', 'b', 'c'\]"),
     ("dev.tsv", "x\ty\n", ["--columns", "x,label=gold"], r"dev\.tsv:1: no column named 'gold' in the header line"),
+    ("dev.tsv", "", ["--columns", "sentence,label=label"], r"dev\.tsv is empty: no header line"),
+    ("dev.tsv", "", ["--glue-task", "RTE"], r"dev\.tsv is empty: no header line"),
     ("in.jsonl", '{"text": "fine"}\n{"text": "broken\n', [], r"in\.jsonl:2: not valid JSON"),
     ("in.jsonl", '{"text": "fine"}\n\n{"sentence": "no text"}\n', [],
      r"in\.jsonl:3: no field 'text'; the object has \['sentence'\]"),
@@ -422,6 +425,32 @@ def test_bad_input_names_file_and_line_and_writes_nothing(models, tmp_path, caps
     assert err.splitlines()[-1].startswith("roberta-ext predict: error: ")
     assert re.search(message, err), err
     assert list(output.parent.iterdir()) == []  # no output, no temporary
+
+
+EMPTY_INPUTS = [
+    # (file name, its text, options, the output file): inputs with no row, which need no header line
+    ("in.txt", "", [], "p.tsv"),
+    ("in.jsonl", "", [], "p.tsv"),
+    ("in.jsonl", "\n\n", [], "p.jsonl"),  # blank lines are skipped
+    ("dev.tsv", "sentence\tlabel\n", ["--columns", "sentence,label=label"], "p.tsv"),  # a header line only
+    ("plain.tsv", "", ["--columns", "0,label=1"], "p.tsv"),  # read without a header line
+    ("test.tsv", "index\tsentence1\tsentence2\n", ["--glue-task", "RTE"], "p.tsv"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "text", "options", "output_name"), EMPTY_INPUTS)
+def test_an_input_without_rows_writes_a_header_only_output_and_says_so(
+    models, tmp_path, capsys, name, text, options, output_name
+):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    output = tmp_path / output_name
+    code, out, err = run(capsys, models["nli"], "--input", path, "--output", output, *options)
+    assert code == 0, err
+    written = "an empty" if output_name.endswith(".jsonl") else "a header-only"
+    assert f"roberta-ext predict: {path} has 0 rows; wrote {written} {output}" in err
+    assert output.read_text(encoding="utf-8") == ("" if output_name.endswith(".jsonl") else "index\tprediction\n")
+    assert out == ""  # no metrics of nothing
 
 
 def test_truncate_cuts_long_rows_as_fairseq_does(models, tmp_path, capsys):

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+from roberta_ext.quickstart import build_parser
 from tests.conftest import REPO
 
 
@@ -33,3 +34,10 @@ def test_quickstart_help():
         timeout=120,
     )
     assert result.returncode == 0 and "--pretrain-updates" in result.stdout
+
+
+def test_every_option_has_help():
+    """``--help`` explains every option (``--seed`` once had no text)."""
+    parser = build_parser()
+    assert [action.option_strings for action in parser._actions if not action.help] == []
+    assert re.search(r"--seed SEED\s+seed of the train/valid/test split", parser.format_help())

@@ -152,7 +152,7 @@ def load_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     >>> sorted(state)[:3]                                        # doctest: +SKIP
     ['args', 'cfg', 'extra_state']
     """
-    state = load_torch_file(path)
+    state = load_torch_file(path, kind="fairseq checkpoint")
     if not isinstance(state, dict) or "model" not in state or not isinstance(state["model"], dict):
         found = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(
@@ -163,10 +163,11 @@ def load_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return state
 
 
-def load_torch_file(path: str | os.PathLike[str]) -> Any:
+def load_torch_file(path: str | os.PathLike[str], *, kind: str = "PyTorch weights file") -> Any:
     """Any ``torch.save`` file (a fairseq checkpoint, a transformers ``pytorch_model.bin``),
     read onto the CPU with torch's restricted unpickler and the inert globals above; errors
-    as :func:`load_checkpoint_file`.
+    as :func:`load_checkpoint_file`. ``kind`` names what the file should be, for the message
+    that refuses a global outside the list.
 
     >>> load_torch_file("pytorch_model.bin")["embeddings.word_embeddings.weight"].shape  # doctest: +SKIP
     torch.Size([30522, 768])
@@ -184,8 +185,9 @@ def load_torch_file(path: str | os.PathLike[str]) -> Any:
         if "Unsupported global" in message or "not an allowed global" in message or "GLOBAL" in message:
             culprit = _culprit(message)
             raise CheckpointError(
-                f"refusing to load {str(path)!r}: it asks to import {culprit}, which is not part of a "
-                "fairseq checkpoint and could run code; nothing from the file was executed"
+                f"refusing to load {str(path)!r}: it asks to import {culprit}, which a {kind} does not need; "
+                "loading never executes code from the file, so it imports only tensors and inert types, and "
+                "nothing from the file was executed"
             ) from None
         raise CheckpointError(f"{str(path)!r} is not a readable PyTorch checkpoint ({_first_line(message)})") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, IndexError, KeyError) as exc:

@@ -3,16 +3,25 @@
 # No "from __future__ import annotations": fairseq reads dataclass field types at run time.
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.criterions.sentence_prediction import SentencePredictionConfig, SentencePredictionCriterion
+from fairseq.criterions.sentence_prediction import (
+    SentencePredictionConfig,
+    SentencePredictionCriterion,
+    acc_and_f1,
+    matthews_corrcoef,
+    pearson_and_spearman,
+)
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
+from fairseq.logging.meters import MetersDict, safe_round
 
 
 @dataclass
@@ -110,3 +119,44 @@ class RobertaExtClassificationLoss(SentencePredictionCriterion):
                 if getattr(self, flag):
                     log[flag] = True
         return loss, sample_size, log
+
+    @staticmethod
+    def reduce_metrics(logging_outputs: list[dict[str, Any]]) -> None:
+        """fairseq's ``sentence_prediction`` metrics, with the same values, minus its ``pred []``
+        and ``targ []`` on every validation line.
+
+        fairseq keeps the validation predictions and targets in meters named ``pred`` and
+        ``targ`` for MCC, F1 and the correlations; such a meter's printed value is a dummy ``[]``.
+        Here they are kept under ``_pred`` and ``_targ``: fairseq leaves meters whose name starts
+        with ``_`` out of what it logs, and the metrics derived from them are computed, with
+        fairseq's own functions, exactly as fairseq computes them."""
+        SentencePredictionCriterion.reduce_metrics(
+            [{k: v for k, v in log.items() if k not in ("pred", "targ")} for log in logging_outputs]
+        )  # loss, nll_loss, accuracy
+        # np.array, as fairseq does: int64 classes, float64 regression values.
+        predictions = np.array([p for log in logging_outputs for p in log.get("pred", [])])
+        if not len(predictions):
+            return
+        targets = np.array([t for log in logging_outputs for t in log.get("targ", [])])
+        metrics.log_concat_tensor(_PREDICTIONS, torch.from_numpy(predictions), dim=0)
+        metrics.log_concat_tensor(_TARGETS, torch.from_numpy(targets), dim=0)
+
+        def derived(name: str, fn: Callable[[np.ndarray, np.ndarray], float]) -> None:
+            def value(meters: MetersDict) -> float:
+                return safe_round(fn(meters[_PREDICTIONS].tensor.numpy(), meters[_TARGETS].tensor.numpy()) * 100, 1)
+
+            metrics.log_derived(name, value)
+
+        if any("report_mcc" in log for log in logging_outputs):
+            derived("mcc", matthews_corrcoef)
+        if any("report_acc_and_f1" in log for log in logging_outputs):
+            derived("acc_and_f1", lambda p, t: acc_and_f1(p, t)["acc_and_f1"])
+            derived("f1", lambda p, t: acc_and_f1(p, t)["f1"])
+        if any("report_pearson_and_spearman" in log for log in logging_outputs):
+            derived("pearson_and_spearman", lambda p, t: pearson_and_spearman(p, t)["corr"])
+            derived("pearson", lambda p, t: pearson_and_spearman(p, t)["pearson"])
+            derived("spearman", lambda p, t: pearson_and_spearman(p, t)["spearmanr"])
+
+
+_PREDICTIONS, _TARGETS = "_pred", "_targ"
+"""Meters of the validation predictions and targets; fairseq does not log names starting with ``_``."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import pickle
+import re
 import zipfile
 
 import pytest
@@ -18,14 +20,16 @@ from roberta_ext.checkpoints import (
     save_roberta_checkpoint,
     upgrade_state_dict,
 )
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.checkpoints.transformers import load_transformers
+from roberta_ext.families import preset
+from roberta_ext.modeling import RobertaModel
 from tests.conftest import RunsCode
 
 
 @pytest.fixture
 def model() -> RobertaModel:
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset("tiny")).eval()
+    model = RobertaModel(preset("tiny")).eval()
     model.register_classification_head("mnli", num_classes=3)
     return model
 
@@ -151,8 +155,48 @@ def test_a_pickle_that_tries_to_run_code_is_refused_and_nothing_runs(model, tmp_
     torch.save(
         {"model": model.state_dict(), "args": RunsCode(str(marker))}, path, _use_new_zipfile_serialization=zip_format
     )
-    with pytest.raises(CheckpointError, match=r"evil\.pt.*(system).*nothing from the file was executed"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"evil\.pt': it asks to import \w+\.system, which a fairseq checkpoint does not need; .*"
+        "nothing from the file was executed",
+    ):
         load_roberta_checkpoint(path)
+    assert not marker.exists()
+
+
+class TrainingArguments:
+    """A class of the saving program, pickled by reference (its module and name): what a
+    ``pytorch_model.bin`` saved with more than tensors holds."""
+
+
+@pytest.mark.parametrize(
+    ("extra", "culprit"),
+    [
+        (RunsCode, r"\w+\.system"),
+        (lambda _marker: TrainingArguments(), r"tests\.checkpoints\.test_safe_load\.TrainingArguments"),
+    ],
+    ids=["runs-code", "a-class"],
+)
+def test_a_transformers_pytorch_model_bin_with_a_global_is_refused_as_a_transformers_file(tmp_path, extra, culprit):
+    """The message is the transformers file's: it names ``pytorch_model.bin`` and the global, and
+    says why (loading never runs code from the file), not that it is no fairseq checkpoint."""
+    marker = tmp_path / "pwned"
+    directory = tmp_path / "bert"
+    directory.mkdir()
+    config = {"model_type": "bert", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16}
+    config |= {"num_hidden_layers": 1, "num_attention_heads": 2}
+    (directory / "config.json").write_text(json.dumps(config))
+    weights = {"bert.embeddings.word_embeddings.weight": torch.zeros(10, 8), "training_args": extra(str(marker))}
+    torch.save(weights, directory / "pytorch_model.bin")
+    with pytest.raises(CheckpointError) as error:
+        load_transformers(directory)
+    message = str(error.value)
+    assert re.search(
+        rf"refusing to load '.*/bert/pytorch_model\.bin': it asks to import {culprit}, which a transformers weights "
+        "file does not need; loading never executes code from the file",
+        message,
+    ), message
+    assert "fairseq" not in message and "nothing from the file was executed" in message
     assert not marker.exists()
 
 
