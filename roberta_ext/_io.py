@@ -35,7 +35,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
-__all__ = ["AtomicFiles", "atomic_directory", "atomic_path", "atomic_write", "write_bytes_atomic", "write_text_atomic"]
+__all__ = [
+    "AtomicFiles",
+    "atomic_directory",
+    "atomic_path",
+    "atomic_write",
+    "is_temporary_of",
+    "write_bytes_atomic",
+    "write_text_atomic",
+]
 
 StrPath = str | os.PathLike[str]
 
@@ -45,6 +53,25 @@ _TEMPORARY_SUFFIX = ".tmp"
 def _temporary_name(destination: Path) -> Path:
     """A fresh hidden name beside ``destination``: ``.NAME.XXXXXXXX.tmp``."""
     return destination.with_name(f".{destination.name}.{secrets.token_hex(4)}{_TEMPORARY_SUFFIX}")
+
+
+def is_temporary_of(name: str, destination: Path) -> bool:
+    """Whether a file called ``name`` is one of this module's temporaries for ``destination``
+    (``.NAME.XXXXXXXX.tmp``), e.g. left behind by a write that was killed.
+
+    >>> is_temporary_of(".out.npy.0f3a9c1e.tmp", Path("out.npy"))
+    True
+    >>> is_temporary_of(".out.npy.json.0f3a9c1e.tmp", Path("out.npy"))  # out.npy.json's
+    False
+    """
+    prefix = f".{destination.name}."
+    token = name[len(prefix) : -len(_TEMPORARY_SUFFIX)]
+    return (
+        name.startswith(prefix)
+        and name.endswith(_TEMPORARY_SUFFIX)
+        and len(token) == 8
+        and all(c in "0123456789abcdef" for c in token)
+    )
 
 
 def _create_temporary_file(destination: Path) -> tuple[int, Path]:

@@ -24,6 +24,11 @@ How it runs (each point is a promise the tests check):
 * **Bad lines** (not UTF-8, not JSON, a missing field or column) stop the run with
   ``FILE:LINE: what is wrong``; with ``--skip-bad-lines`` they are counted, get no row, and are
   listed (row, line, problem) in ``OUT.npy.json``.
+* **One run per output.** A run holds an exclusive lock on its output (:mod:`.locking`) from
+  before the model loads to the end: a second run on the same output (the same shard) is
+  refused at once, naming the process that holds it, or with ``--wait`` waits for it, then
+  finds the output finished (refused without ``--overwrite``) or its parts to resume. Holding
+  it, a run removes the temporaries a killed assembly left beside the output.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from ..corpus.commands import positive_int, run_command
 from ..corpus.reading import CorpusError, InputFile
 from .embedder import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_CUDA, Embedder
 from .files import RowReader, file_format, write_embeddings
+from .locking import Wait, output_lock, remove_stale_temporaries
 from .pooling import POOLING_MODES, check_modes
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "FAIL_AFTER_CHUNKS", "EmbedError", "embed_file", "embed_main", "merge_shards"]
@@ -404,6 +410,19 @@ def _fail_after() -> int | None:
     return int(value) if value else None
 
 
+def _target(output: Path, shard: Shard) -> Path:
+    """The file ``shard`` writes: ``shard.output(output)``, checked to be ``.npy`` or ``.safetensors``."""
+    if output.suffix.lower() not in (".npy", ".safetensors"):
+        raise EmbedError(f"{output}: the output must end in .npy or .safetensors")
+    return shard.output(output)
+
+
+def _clean_after_kills(target: Path) -> None:
+    """Remove what a run killed while assembling ``target`` left (its lock held: none is writing)."""
+    remove_stale_temporaries(target)
+    remove_stale_temporaries(receipt_path(target))
+
+
 def embed_file(
     embedder: Embedder,
     spec: InputSpec,
@@ -413,15 +432,32 @@ def embed_file(
     shard: Shard = Shard(),
     overwrite: bool = False,
     progress: bool = False,
+    wait: Wait = False,
 ) -> dict[str, Any]:
     """Embed the rows of ``spec`` that ``shard`` owns into ``shard.output(output)``, resuming
-    from its parts folder; returns the receipt written beside it.
+    from its parts folder; returns the receipt written beside it. Holds the output's lock
+    (:func:`~.locking.output_lock`): refused while another run writes it, unless ``wait``
+    (:data:`~.locking.Wait`).
 
     >>> embed_file(embedder, InputSpec(Path("texts.txt"), "text"), Path("emb.npy"), options)  # doctest: +SKIP
     """
-    target = shard.output(output)
-    if target.suffix.lower() not in (".npy", ".safetensors"):
-        raise EmbedError(f"{output}: the output must end in .npy or .safetensors")
+    target = _target(output, shard)
+    with output_lock(target, wait=wait):
+        return _embed_locked(embedder, spec, target, options, shard=shard, overwrite=overwrite, progress=progress)
+
+
+def _embed_locked(
+    embedder: Embedder,
+    spec: InputSpec,
+    target: Path,
+    options: Options,
+    *,
+    shard: Shard,
+    overwrite: bool,
+    progress: bool,
+) -> dict[str, Any]:
+    """:func:`embed_file` into ``target``, whose lock the caller holds."""
+    _clean_after_kills(target)
     parts_folder = parts_path(target)
     if (target.exists() or receipt_path(target).exists()) and not parts_folder.exists() and not overwrite:
         raise EmbedError(f"{target} exists; refusing to overwrite it (use --overwrite)")
@@ -528,16 +564,25 @@ def _read_receipt(path: Path) -> dict[str, Any]:
     return found
 
 
-def merge_shards(shards: Sequence[Path], output: Path, *, overwrite: bool = False) -> dict[str, Any]:
+def merge_shards(
+    shards: Sequence[Path], output: Path, *, overwrite: bool = False, wait: Wait = False
+) -> dict[str, Any]:
     """Interleave the N shard files of one run (``--shard I/N`` for every I) back into row
     order in ``output``, a block of rows at a time; returns the receipt written beside it.
+    Holds ``output``'s lock, as :func:`embed_file` does.
 
     >>> merge_shards([Path("emb.shard-0-of-2.npy"), Path("emb.shard-1-of-2.npy")], Path("emb.npy"))  # doctest: +SKIP
     """
-    if (output.exists() or receipt_path(output).exists()) and not overwrite:
-        raise EmbedError(f"{output}: exists; refusing to overwrite it (use --overwrite)")
     if output.suffix.lower() not in (".npy", ".safetensors"):
         raise EmbedError(f"{output}: the output must end in .npy or .safetensors")
+    with output_lock(output, wait=wait):
+        _clean_after_kills(output)
+        return _merge_locked(shards, output, overwrite=overwrite)
+
+
+def _merge_locked(shards: Sequence[Path], output: Path, *, overwrite: bool) -> dict[str, Any]:
+    if (output.exists() or receipt_path(output).exists()) and not overwrite:
+        raise EmbedError(f"{output}: exists; refusing to overwrite it (use --overwrite)")
     if not shards:
         raise EmbedError("no shard files to merge")
     receipts = [_read_receipt(path) for path in shards]
@@ -616,6 +661,19 @@ def _pooling(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _add_wait_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="when another run is writing the output, wait for it to finish (default: stop at once, naming it)",
+    )
+
+
+def _waiting(prog: str, wait: bool) -> Wait:
+    """``--wait``: wait, saying for whom on stderr."""
+    return (lambda message: print(f"{prog}: {message}", file=sys.stderr, flush=True)) if wait else False
+
+
 def _merge_main(argv: Sequence[str]) -> int:
     prog = f"{PROG} merge"
     parser = argparse.ArgumentParser(
@@ -629,6 +687,7 @@ def _merge_main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--output", required=True, type=Path, metavar="FILE", help=".npy or .safetensors to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    _add_wait_argument(parser)
     args = parser.parse_args(argv)
 
     def body() -> int:
@@ -636,7 +695,7 @@ def _merge_main(argv: Sequence[str]) -> int:
         shards = list(args.shards) or sorted(args.output.parent.glob(pattern))
         if not shards:
             raise EmbedError(f"no shard files given, and none named {args.output.parent / pattern}")
-        receipt = merge_shards(shards, args.output, overwrite=args.overwrite)
+        receipt = merge_shards(shards, args.output, overwrite=args.overwrite, wait=_waiting(prog, args.wait))
         print(
             f"{prog}: {len(shards)} shards -> {args.output}: {receipt['rows']} rows x {receipt['dimension']}"
             + (f"; {len(receipt['skipped'])} bad lines had no row" if receipt["skipped"] else ""),
@@ -751,6 +810,7 @@ def embed_main(argv: Sequence[str] | None = None) -> int:
         "in OUTPUT.json",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    _add_wait_argument(parser)
     args = parser.parse_args(argv)
     input_format = _input_format(args.input, args.format)
     fields = tuple(args.field if input_format == "jsonl" else args.column)
@@ -764,12 +824,18 @@ def embed_main(argv: Sequence[str] | None = None) -> int:
         parser.error("--field/--column take one text or a pair (given at most twice)")
 
     def body() -> int:
-        from ..loading import from_pretrained
-
         shard = args.shard or Shard.from_environment()
         spec = InputSpec(args.input, input_format, fields, not args.no_header)
         if not spec.path.is_file():
             raise EmbedError(f"{spec.path}: input file not found (or not a file)")
+        target = _target(args.output, shard)
+        # The lock before the model loads: a second run on this output stops at once.
+        with output_lock(target, wait=_waiting(PROG, args.wait)):
+            return run_locked(shard, spec, target)
+
+    def run_locked(shard: Shard, spec: InputSpec, target: Path) -> int:
+        from ..loading import from_pretrained
+
         try:
             # int8 runs on the CPU: without --device, it takes the CPU even where a GPU is.
             device = "cpu" if args.dtype == "int8" and args.device is None else _device(args.device)
@@ -798,16 +864,9 @@ def embed_main(argv: Sequence[str] | None = None) -> int:
             skip_bad_lines=args.skip_bad_lines,
             chunk_rows=args.chunk_rows,
         )
-        target = shard.output(args.output)
         try:
-            receipt = embed_file(
-                embedder,
-                spec,
-                args.output,
-                options,
-                shard=shard,
-                overwrite=args.overwrite,
-                progress=sys.stderr.isatty(),
+            receipt = _embed_locked(
+                embedder, spec, target, options, shard=shard, overwrite=args.overwrite, progress=sys.stderr.isatty()
             )
         except KeyboardInterrupt:
             print(

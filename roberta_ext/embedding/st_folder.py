@@ -18,8 +18,12 @@ optionally a ``Normalize``. Around them:
 * ``config_sentence_transformers.json``: ``prompts``, ``default_prompt_name``,
   ``similarity_fn_name``.
 
-Other modules (``Dense``, ``LayerNorm``, routers, ...) are refused with an error naming
-``modules.json`` and the module: an embedding without them would be silently different.
+Only sentence-transformers' own modules are read, by the ``type`` that names their class
+(:data:`MODULE_TYPES`): sentence-transformers imports and runs the class a ``type`` names, so
+``evilpkg.Normalize`` is *that package's* code, whatever its last name says. Other modules
+(``Dense``, ``LayerNorm``, routers, another package's ``Pooling``, ...) are refused with an error
+naming ``modules.json``, the module and its type: an embedding without them, or with our
+``Pooling`` in place of theirs, would be silently different.
 """
 
 from __future__ import annotations
@@ -32,11 +36,38 @@ from typing import Any
 from ..checkpoints import CheckpointError
 from .pooling import SIMILARITIES, SentenceEmbedding, check_modes
 
-__all__ = ["is_sentence_transformers_dir", "read_sentence_transformers"]
+__all__ = ["MODULE_TYPES", "is_sentence_transformers_dir", "read_sentence_transformers"]
 
 MODULES = "modules.json"
-TRANSFORMER_TYPES = ("Transformer", "BERT", "RoBERTa", "XLMRoBERTa", "ALBERT")
-"""Class names of the module holding the transformers model (the older ones are sentence-transformers 0.x's)."""
+KINDS = ("Transformer", "Pooling", "Normalize")
+"""The modules roberta_ext reproduces."""
+
+OLD_TRANSFORMER_TYPES = {
+    f"sentence_transformers.models.{name}": "Transformer" for name in ("BERT", "RoBERTa", "XLMRoBERTa", "ALBERT")
+}
+"""sentence-transformers 0.x's model-specific modules (``models/BERT.py``, ...): a transformers model, as
+``Transformer`` holds it. sentence-transformers 6 no longer has them (nor loads such folders)."""
+
+MODULE_TYPES: dict[str, str] = {
+    # Before 6, sentence-transformers wrote the module's path (models/Transformer.py, ...); 6 still loads it.
+    **{f"sentence_transformers.models.{kind}": kind for kind in KINDS},
+    **OLD_TRANSFORMER_TYPES,
+    # 6 writes the class's module and name.
+    "sentence_transformers.base.modules.transformer.Transformer": "Transformer",
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling": "Pooling",
+    "sentence_transformers.base.modules.normalize.Normalize": "Normalize",
+    # Normalize's module before 6 (6 maps it to the new one).
+    "sentence_transformers.sentence_transformer.modules.normalize.Normalize": "Normalize",
+    # The other spellings sentence-transformers 6 resolves to these classes: the packages that
+    # export them, and the old module paths followed by the class name.
+    **{f"sentence_transformers.models.{kind}.{kind}": kind for kind in KINDS},
+    **{f"sentence_transformers.sentence_transformer.modules.{kind}": kind for kind in KINDS},
+    "sentence_transformers.base.modules.Transformer": "Transformer",
+    "sentence_transformers.base.modules.Normalize": "Normalize",
+}
+"""``modules.json`` types that are sentence-transformers' own Transformer, Pooling or Normalize, and
+which. Every other type is refused: sentence-transformers would import and run the class it names.
+The tests check that sentence-transformers resolves each (0.x's aside) to its own class of that kind."""
 
 # Older Pooling configs name their modes with one flag each, concatenated in this order.
 LEGACY_POOLING_FLAGS = {
@@ -69,10 +100,23 @@ def _read_json(path: Path, *, required: bool = True) -> Any:
         raise CheckpointError(f"{str(path)!r} is not valid JSON ({exc})") from None
 
 
-def _module_kind(entry: dict[str, Any]) -> str:
-    """``Transformer``, ``Pooling``, ``Normalize`` or the module's class name."""
-    name = str(entry.get("type", "")).rsplit(".", 1)[-1]
-    return "Transformer" if name in TRANSFORMER_TYPES else name
+def _module_kind(modules_path: Path, entry: dict[str, Any]) -> str:
+    """``Transformer``, ``Pooling`` or ``Normalize``: which of sentence-transformers' own modules
+    the entry's ``type`` names; :class:`CheckpointError` naming the entry and its type for any other."""
+    type_name = entry.get("type")
+    kind = MODULE_TYPES.get(type_name) if isinstance(type_name, str) else None
+    if kind is not None:
+        return kind
+    problem = f"{str(modules_path)!r}: module {entry.get('name', entry.get('idx'))!r} has type {type_name!r}"
+    class_name = str(type_name).rsplit(".", 1)[-1]
+    if class_name in KINDS:
+        problem += (
+            f", not sentence-transformers' own {class_name} ('sentence_transformers.models.{class_name}'): "
+            "sentence-transformers would import and run the class it names"
+        )
+    raise CheckpointError(
+        f"{problem}; roberta_ext reproduces sentence-transformers' own Transformer, Pooling and Normalize modules only"
+    )
 
 
 def read_sentence_transformers(folder: str | os.PathLike[str]) -> tuple[Path, SentenceEmbedding]:
@@ -90,13 +134,7 @@ def read_sentence_transformers(folder: str | os.PathLike[str]) -> tuple[Path, Se
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise CheckpointError(f"{str(modules_path)!r}: expected a list of modules")
     modules = sorted(modules, key=lambda m: int(m.get("idx", 0)))
-    kinds = [_module_kind(m) for m in modules]
-    for entry, kind in zip(modules, kinds):
-        if kind not in ("Transformer", "Pooling", "Normalize"):
-            raise CheckpointError(
-                f"{str(modules_path)!r}: module {entry.get('name', entry.get('idx'))!r} is a {entry.get('type')!r}; "
-                "roberta_ext reproduces Transformer, Pooling and Normalize modules only"
-            )
+    kinds = [_module_kind(modules_path, m) for m in modules]
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise CheckpointError(
             f"{str(modules_path)!r}: the modules are {kinds}; roberta_ext reproduces a Transformer followed by a "

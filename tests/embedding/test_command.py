@@ -1,14 +1,20 @@
 """``roberta-ext embed``: every input format, row order, resuming after a kill, shards and merge,
-bad lines, and ``--help``. The reference is ``hub.embed`` on the same texts in the same
+bad lines, one run per output (the lock, ``--wait``, a killed assembly's temporaries), and
+``--help``. The reference is ``hub.embed`` on the same texts in the same
 process (the command sorts and batches per chunk, so rows agree to float rounding); runs of
 the command with the same chunks agree bit for bit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +22,9 @@ import pytest
 import torch
 
 import roberta_ext
-from roberta_ext.embedding.command import FAIL_AFTER_CHUNKS, embed_main
+from roberta_ext._io import AtomicFiles
+from roberta_ext.embedding.command import FAIL_AFTER_CHUNKS, Shard, embed_main
+from roberta_ext.embedding.locking import lock_path, output_lock
 from roberta_ext.quickstart import stdlib_docstrings
 from tests.conftest import REPO
 from tests.test_hub import make_model_dir
@@ -238,3 +246,118 @@ def test_help_and_usage_errors(capsys, tmp_path, model_dir):
         run(model_dir, "--input", source, "--field", "text", "--output", tmp_path / "x.npy", "--prompt-name", "q") == 1
     )
     assert "'q' is not one of the model's prompts" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- one run per output
+
+HOLD_LOCK = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from roberta_ext.embedding.locking import output_lock\n"
+    "with output_lock(Path(sys.argv[1])):\n"
+    "    print('locked', flush=True)\n"
+    "    sys.stdin.read()\n"
+)
+"""Another process holding an output's lock, as a run writing it does, until its stdin closes."""
+
+
+@contextlib.contextmanager
+def held_until(output: Path, seconds: float, then: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """This process holds ``output``'s lock; a thread calls ``then`` after ``seconds`` and lets go."""
+    lock = output_lock(output)
+    lock.__enter__()
+
+    def release() -> None:
+        time.sleep(seconds)
+        try:
+            then()
+        finally:
+            lock.__exit__(None, None, None)
+
+    thread = threading.Thread(target=release)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def test_a_second_run_on_the_same_output_stops_at_once_naming_the_first(tmp_path, model_dir, texts, capsys):
+    """Before the lock, two runs at once both embedded every part, and the one to finish second
+    failed with ``[Errno 2]`` on the parts folder the first had assembled and deleted."""
+    source = write_lines(tmp_path / "texts.txt", texts[:10])
+    out = tmp_path / "out.npy"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        assert run(model_dir, "--input", source, "--output", out) == 1
+        err = capsys.readouterr().err
+        assert f"another run (process {holder.pid} on host {socket.gethostname()}) is writing {out}" in err
+        assert "--wait" in err
+        assert not out.exists() and not (tmp_path / "out.npy.parts").exists()  # no work done
+    finally:
+        holder.communicate("", timeout=60)  # closing its stdin ends it
+    assert holder.returncode == 0 and not lock_path(out).exists()  # the holder removed its lock file
+
+    # Shards write different files, so they lock different files: shard 1 runs while shard 0 is
+    # held, a second run of shard 0 does not; merge locks its own output.
+    shard0 = Shard(0, 2).output(out)
+    with output_lock(shard0):
+        assert run(model_dir, "--input", source, "--output", out, "--shard", "1/2") == 0
+        assert run(model_dir, "--input", source, "--output", out, "--shard", "0/2") == 1
+        assert f"(process {os.getpid()} on host {socket.gethostname()}) is writing {shard0}" in capsys.readouterr().err
+    assert run(model_dir, "--input", source, "--output", out, "--shard", "0/2") == 0
+    with output_lock(out):
+        assert run("merge", "--output", out) == 1
+        assert f"is writing {out}" in capsys.readouterr().err
+    assert run("merge", "--output", out) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "out.npy",
+        "out.npy.json",
+        *(f"out.shard-{i}-of-2.npy{suffix}" for i in range(2) for suffix in ("", ".json")),
+        "texts.txt",
+    ]  # no lock file left
+
+
+def test_wait_waits_for_the_other_run_then_resumes_or_refuses(tmp_path, model_dir, hub, texts, capsys):
+    texts = texts[:14]
+    source = write_lines(tmp_path / "texts.txt", texts)
+    out, parts = tmp_path / "out.npy", tmp_path / "out.npy.parts"
+    seen: list[tuple[bool, bool]] = []
+    # Another run holds the output and stops without finishing it: --wait waits, then embeds it.
+    with held_until(out, 0.5, then=lambda: seen.append((parts.exists(), out.exists()))):
+        assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--wait") == 0
+    assert seen == [(False, False)]  # nothing was done while the other held it
+    me = f"process {os.getpid()} on host {socket.gethostname()}"
+    assert f"another run ({me}) is writing {out}; waiting for it to finish" in capsys.readouterr().err
+    np.testing.assert_allclose(np.load(out), hub.embed(texts).numpy(), atol=1e-6, rtol=1e-5)
+    # The other run finished the output: --wait then finds it, and refuses it without --overwrite.
+    with held_until(out, 0.3):
+        assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--wait") == 1
+    assert f"{out} exists; refusing to overwrite it (use --overwrite)" in capsys.readouterr().err
+    with held_until(out, 0.3):
+        assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--wait", "--overwrite") == 0
+    assert not lock_path(out).exists()
+
+
+def test_the_next_run_removes_what_a_killed_assembly_left(tmp_path, model_dir, texts):
+    """The atomic writer's temporaries of the output and its receipt, as a kill between their
+    creation and their rename leaves them; nobody else's (another output's, a shard's, a
+    look-alike), and only while holding the lock."""
+    source = write_lines(tmp_path / "texts.txt", texts[:10])
+    out = tmp_path / "out.npy"
+    killed = AtomicFiles()  # never committed nor closed: as a SIGKILL leaves it
+    stale = [killed.temporary(out), killed.temporary(tmp_path / "out.npy.json")]
+    others = [killed.temporary(tmp_path / name) for name in ("other.npy", "out.shard-0-of-2.npy", "out.npy.parts")]
+    others.append(tmp_path / ".out.npy.notmine.tmp")
+    for path in [*stale, *others]:
+        path.write_bytes(b"half a file")
+    with output_lock(out):
+        assert run(model_dir, "--input", source, "--output", out) == 1
+    assert all(path.exists() for path in stale)  # another run holds the output: not ours to touch
+    assert run(model_dir, "--input", source, "--output", out) == 0
+    assert not any(path.exists() for path in stale)
+    assert all(path.exists() for path in others)
+    assert len(np.load(out)) == 10

@@ -27,6 +27,7 @@ transformers = require("transformers", "the models are built and saved with tran
 import roberta_ext
 from roberta_ext.checkpoints import CheckpointError
 from roberta_ext.embedding import POOLING_MODES, read_sentence_transformers
+from roberta_ext.embedding.st_folder import MODULE_TYPES, OLD_TRANSFORMER_TYPES
 from roberta_ext.tokenizers.wordpiece import train_wordpiece_vocab, write_vocab
 from tests.bpe_fixtures import UNICODE_SAMPLES
 
@@ -260,3 +261,40 @@ def test_folders_we_cannot_reproduce_are_refused_by_name(tmp_path, bert_dir):
     pooling.write_text(json.dumps({"embedding_dimension": 48, "pooling_mode": "mean"}))
     with pytest.raises(CheckpointError, match="48-wide token embeddings.*32 wide"):
         read_sentence_transformers(tmp_path / "st")
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+@pytest.mark.parametrize("package", ["evilpkg", "pkg.models", "sentence_transformers_extra.models"])
+def test_a_module_of_another_package_is_refused_though_it_bears_the_name(tmp_path, bert_dir, index, package):
+    """``evilpkg.Normalize`` is not sentence-transformers' Normalize: sentence-transformers would
+    import and run ``evilpkg``'s class (or refuse without ``trust_remote_code``), so reading it
+    as the standard module could give other embeddings without a word."""
+    save_st(tmp_path / "st", bert_dir, "mean", normalize=True)
+    entries = json.loads((tmp_path / "st" / "modules.json").read_text())
+    kind = ("Transformer", "Pooling", "Normalize")[index]
+    spoofed = f"{package}.{kind}"
+    entries[index]["type"] = spoofed
+    (tmp_path / "st" / "modules.json").write_text(json.dumps(entries))
+    with pytest.raises(CheckpointError) as refused:
+        roberta_ext.from_pretrained(str(tmp_path / "st"))
+    message = str(refused.value)
+    assert str(tmp_path / "st" / "modules.json") in message
+    assert f"module {entries[index]['name']!r} has type {spoofed!r}" in message
+    assert f"not sentence-transformers' own {kind}" in message
+    with pytest.raises(ValueError, match="trust_remote_code"):  # the peer does not take it for its own either
+        quiet(st.SentenceTransformer, str(tmp_path / "st"), device="cpu")
+
+
+def test_the_module_types_we_accept_are_sentence_transformers_own_classes():
+    """Each type of :data:`MODULE_TYPES` is resolved by sentence-transformers (its own
+    ``import_from_string``, as its loading does) to its class of that kind (0.x's model-specific
+    modules aside: sentence-transformers no longer has them), and the types this version writes
+    are among them."""
+    from sentence_transformers.util import import_from_string
+
+    own = {"Transformer": modules.Transformer, "Pooling": modules.Pooling, "Normalize": modules.Normalize}
+    for type_name, kind in MODULE_TYPES.items():
+        if type_name not in OLD_TRANSFORMER_TYPES:
+            assert quiet(import_from_string, type_name) is own[kind], type_name
+    for kind, module_class in own.items():
+        assert MODULE_TYPES[f"{module_class.__module__}.{module_class.__name__}"] == kind
