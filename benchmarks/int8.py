@@ -69,14 +69,15 @@ LENGTH = 128
 def model_folder(ws: Workspace, layers: int) -> Path:
     """A fairseq-layout folder: model.pt (base shape, BERT's random initialisation), dict.txt and the BPE files."""
     from roberta_ext.checkpoints import save_roberta_checkpoint
-    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.families import preset
+    from roberta_ext.modeling import RobertaModel
 
     vocab = ws.vocabulary
     folder = padded_dictionary(ws.root / "int8_model", dictionary_symbols(vocab.dict_txt), BASE_VOCAB)
     for path in (vocab.encoder_json, vocab.vocab_bpe):
         shutil.copy(path, folder / path.name)
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset("base", encoder_layers=layers))
+    model = RobertaModel(preset("base", encoder_layers=layers))
     save_roberta_checkpoint(model, folder / "model.pt")
     return folder
 

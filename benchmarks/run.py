@@ -485,7 +485,8 @@ def tokenize_with_hubs(scale: Scale, ws: Workspace) -> Section:
 
     import roberta_ext
     from roberta_ext.checkpoints import save_roberta_checkpoint
-    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.families import preset
+    from roberta_ext.modeling import RobertaModel
 
     vocab, lines, megabytes = ws.vocabulary, ws.lines, ws.megabytes
     model_dir = ws.root / "tokenize_model"
@@ -493,7 +494,7 @@ def tokenize_with_hubs(scale: Scale, ws: Workspace) -> Section:
     for path in (vocab.encoder_json, vocab.vocab_bpe, vocab.dict_txt):
         shutil.copy(path, model_dir / path.name)
     vocab_size = len(dictionary_symbols(vocab.dict_txt)) + 5
-    save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("tiny", vocab_size=vocab_size)), model_dir / "model.pt")
+    save_roberta_checkpoint(RobertaModel(preset("tiny", vocab_size=vocab_size)), model_dir / "model.pt")
     ours = roberta_ext.from_pretrained(model_dir)
     theirs = fairseq_hub(vocab.folder, ["--arch", "roberta_base", *encoder_args(1, 64)], vocab)
     batches = [lines[i : i + scale.batch_lines] for i in range(0, len(lines), scale.batch_lines)]
@@ -784,15 +785,16 @@ class FeatureContenders(dict):
 def feature_contenders(layers: int, ws: Workspace, device: str = "cpu") -> FeatureContenders:
     """tokens -> last-layer features (B, T, C) for ours (our hub), fairseq's hub and transformers,
     all three holding the same random weights at base width, on ``device``."""
+    from roberta_ext.families import preset
     from roberta_ext.hub import RobertaHubInterface
-    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.modeling import RobertaModel
     from roberta_ext.tokenizers import GPT2BPE, Dictionary, FairseqGPT2Tokenizer
 
     vocab = ws.vocabulary
     folder = padded_dictionary(ws.root / "features_dict", dictionary_symbols(vocab.dict_txt), BASE_VOCAB)
     progress(f"features: building three {layers} x 768 models with the same weights, on {device}")
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset("base", encoder_layers=layers))  # BERT's initialisation
+    model = RobertaModel(preset("base", encoder_layers=layers))  # BERT's initialisation
     dictionary = Dictionary.load(folder / "dict.txt")
     dictionary.add_symbol("<mask>")
     tokenizer = FairseqGPT2Tokenizer(GPT2BPE.from_files(vocab.encoder_json, vocab.vocab_bpe), dictionary)
@@ -896,7 +898,7 @@ def features_bf16(ours: Any, tokens: torch.Tensor, scale: Scale) -> Section:
 # ---------------------------------------------------------------------------------- paths
 
 STRATEGIES = ("masked", "padded", "per_sequence", "nested", "varlen")
-"""The attention strategies compared (``roberta_ext.modeling.encoder.ATTENTION_STRATEGIES``
+"""The attention strategies compared (``roberta_ext.modeling.attention.ATTENTION_STRATEGIES``
 without ``auto``, which is timed as ours)."""
 BF16_AUTOCAST = "ours_bf16_autocast"
 
@@ -906,11 +908,12 @@ def bench_paths(scale: Scale, ws: Workspace) -> Section:
     on the CPU; bf16 and fp32 on a GPU, where the varlen kernel runs), against ``auto`` and
     transformers; then the compiled inference path against eager and transformers at 8 x 128, with
     the first call's cost (compiling the bucket)."""
-    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.families import preset
+    from roberta_ext.modeling import RobertaModel
 
     progress(f"paths: building ours and transformers ({scale.feature_layers} x 768, same weights)")
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset("base", encoder_layers=scale.feature_layers)).eval()
+    model = RobertaModel(preset("base", encoder_layers=scale.feature_layers)).eval()
     hf = transformers_roberta(model.state_dict(), scale.feature_layers)
     model.to(scale.device)
     hf.to(scale.device)
@@ -944,10 +947,10 @@ def precision_label(dtype: torch.dtype) -> str:
 
 def features_call(model: torch.nn.Module, tokens: torch.Tensor, strategy: str | None = None) -> Callable[[], object]:
     """A call computing ``model``'s last-layer features of ``tokens`` (under ``strategy``)."""
-    from roberta_ext.modeling.encoder import attention_strategy
+    from roberta_ext.modeling import use_attention
 
     def call() -> torch.Tensor:
-        with torch.no_grad(), attention_strategy(strategy or "auto"):
+        with torch.no_grad(), use_attention(model, strategy or "auto"):
             return model(tokens, features_only=True)[0]
 
     return call
@@ -1014,20 +1017,20 @@ def strategies_on(
 def auto_choice(model: Any, tokens: torch.Tensor) -> str:
     """What ``auto`` does with this batch: ``masked`` (not packed), or the packed strategy its
     first attention call takes."""
-    from roberta_ext.modeling import encoder
+    from roberta_ext.modeling import attention
 
     chosen: list[str] = []
-    original = encoder.Packing.attention_for
+    original = attention.Packing.attention_for
 
     def spy(self: Any, q: torch.Tensor, dropout_p: float) -> str:
         chosen.append(original(self, q, dropout_p))
         return chosen[-1]
 
-    encoder.Packing.attention_for = spy
+    attention.Packing.attention_for = spy
     try:
         features_call(model, tokens)()
     finally:
-        encoder.Packing.attention_for = original
+        attention.Packing.attention_for = original
     return chosen[0] if chosen else "masked"
 
 
@@ -1408,7 +1411,8 @@ def load_worker(kind: str, path: str, dict_dir: str, layers: int) -> None:
 def bench_load(scale: Scale, ws: Workspace) -> Section:
     """Load a large-shaped checkpoint in fresh processes: ours, and fairseq's own loader."""
     from roberta_ext.checkpoints import save_roberta_checkpoint
-    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.families import preset
+    from roberta_ext.modeling import RobertaModel
 
     layers = scale.load_layers
     path = ws.root / "large.pt"
@@ -1416,7 +1420,7 @@ def bench_load(scale: Scale, ws: Workspace) -> Section:
     progress(f"load: writing a {layers} x 1024 checkpoint (vocabulary {BASE_VOCAB})")
     torch.manual_seed(0)
     try:
-        save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("large", encoder_layers=layers)), path)
+        save_roberta_checkpoint(RobertaModel(preset("large", encoder_layers=layers)), path)
         size = path.stat().st_size
 
         def worker(kind: str) -> dict[str, float]:

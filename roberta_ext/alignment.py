@@ -39,15 +39,13 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import regex
 import torch
 
+from .inputs import ModelInputs, extract_features
 from .tokenizers.registry import kind_of
-
-if TYPE_CHECKING:
-    from .hub import RobertaHubInterface
 
 __all__ = [
     "WordFeatures",
@@ -194,20 +192,21 @@ class WordFeatures:
 
 
 def extract_features_aligned_to_words(
-    hub: RobertaHubInterface, sentence: str, *, return_all_hiddens: bool = False
+    model: Any, inputs: ModelInputs, sentence: str, *, return_all_hiddens: bool = False
 ) -> WordFeatures:
-    """``hub.extract_features_aligned_to_words(sentence)`` as a function: the words of
-    ``sentence`` (:func:`split_words`), its tokens aligned to them (:func:`align_tokens_to_words`
-    over the tokenizer kind's spans) and the summed features (:func:`align_features_to_words`)."""
-    tokens = hub.encode(sentence)
-    token_spans = kind_of(hub.tokenizer).spans(hub.tokenizer, sentence)
+    """``hub.extract_features_aligned_to_words(sentence)`` as a function of a model and its
+    inputs: the words of ``sentence`` (:func:`split_words`), its tokens aligned to them
+    (:func:`align_tokens_to_words` over the tokenizer kind's spans) and the summed features
+    (:func:`align_features_to_words`)."""
+    tokens = torch.tensor(inputs.encode(sentence))
+    token_spans = kind_of(inputs.tokenizer).spans(inputs.tokenizer, sentence)
     if len(token_spans) != len(tokens) - 2:
         raise RuntimeError(
             f"the tokenizer gave {len(token_spans)} token spans for {len(tokens) - 2} tokens of {sentence!r}"
         )
     words = split_words(sentence)
     alignment = align_tokens_to_words(token_spans, [(start, end) for _, start, end in words])
-    hidden = hub.extract_features(tokens, return_all_hiddens=return_all_hiddens)
+    hidden = extract_features(model, inputs, tokens, return_all_hiddens=return_all_hiddens)
     aligned = []
     for layer in hidden if isinstance(hidden, list) else [hidden]:
         features = layer.squeeze(0)  # (T, C)

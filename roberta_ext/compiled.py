@@ -252,8 +252,9 @@ def compile_model(
     :func:`length_buckets_for` the model's positions, :func:`batch_buckets_for`). Returns the
     installed :class:`BucketedForward`; :func:`uncompile_model` removes it.
 
-    >>> from roberta_ext.modeling import EncoderConfig, RobertaModel
-    >>> model = RobertaModel(EncoderConfig.preset("tiny")).eval()
+    >>> from roberta_ext.families import preset
+    >>> from roberta_ext.modeling import RobertaModel
+    >>> model = RobertaModel(preset("tiny")).eval()
     >>> tokens = torch.tensor([[0, 5, 6, 2], [0, 7, 2, 1]])
     >>> eager = model(tokens, features_only=True)[0]
     >>> compiled = compile_model(model, backend="eager", length_buckets=[8, 16], batch_buckets=[4])

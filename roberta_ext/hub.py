@@ -14,26 +14,24 @@ hand: batches, long texts, label names. Two deliberate differences:
 
 from __future__ import annotations
 
-import json
 import os
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, overload
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .alignment import WordFeatures
 from .checkpoints.transformers import SEQUENCE_HEAD, TOKEN_HEAD, save_transformers
 from .embedding.pooling import SentenceEmbedding
-from .families import get_family
+from .head_outputs import ChoiceLayout, classify, fill_mask, replaced_token_probs, score_choices, tag
+from .inputs import ModelInputs, extract_features, extract_features_long
 from .modeling import RobertaModel
 from .tokenizers.dictionary import Dictionary
-from .tokenizers.registry import Tokenizer, kind_of
+from .tokenizers.registry import Tokenizer, write_transformers_tokenizer
 
 MASK = "<mask>"
 
@@ -71,9 +69,13 @@ class RobertaHubInterface(nn.Module):
         labels: Sequence[str] | None = None,
         cfg: dict[str, Any] | None = None,
         sentence_embedding: SentenceEmbedding | None = None,
+        inputs: ModelInputs | None = None,
     ) -> None:
         super().__init__()
         self.model = model
+        # Text -> model input (pairs in the family's layout, words, padding, segment ids): the
+        # one object the features take beside the model.
+        self.inputs = inputs or ModelInputs.for_model(model, tokenizer)
         # How embed() pools: a sentence-transformers folder's own settings, else mean pooling.
         self.sentence_embedding = sentence_embedding or SentenceEmbedding()
         self.tokenizer = tokenizer
@@ -88,8 +90,6 @@ class RobertaHubInterface(nn.Module):
             dict.fromkeys((self.mask_token, MASK, getattr(tokenizer, "mask_token", MASK)))
         )
         self.task = HubTask(self.dictionary, label_dictionary, self.dictionary.index(self.mask_token))
-        # RoBERTa separates a pair with "</s> </s>"; BERT's family with one [SEP] and segment ids.
-        self.double_separator = get_family(model.cfg.family).double_separator
         if labels is None and label_dictionary is not None:
             labels = label_dictionary.symbols[label_dictionary.nspecial :]
         self.labels: list[str] | None = None if labels is None else list(labels)
@@ -127,20 +127,8 @@ class RobertaHubInterface(nn.Module):
         """
         # A typed buffer viewed as a tensor: half the cost of torch.tensor(list) per sentence.
         return torch.frombuffer(
-            array("q", self._encode_ids(sentence, *addl_sentences, no_separator=no_separator)), dtype=torch.long
+            array("q", self.inputs.encode(sentence, *addl_sentences, no_separator=no_separator)), dtype=torch.long
         )
-
-    def _encode_ids(self, sentence: str, *addl_sentences: str, no_separator: bool | None = None) -> list[int]:
-        if no_separator is None:
-            no_separator = not self.double_separator
-        bos, eos = self.dictionary.bos(), self.dictionary.eos()
-        ids = [bos, *self.tokenizer.encode(sentence), eos]
-        for extra in addl_sentences:
-            if not no_separator:
-                ids.append(eos)
-            ids.extend(self.tokenizer.encode(extra))
-            ids.append(eos)
-        return ids
 
     def decode(self, tokens: torch.Tensor) -> str | list[str]:
         """Indices back to text. Sentences separated by ``</s> </s>`` come back as a list.
@@ -150,19 +138,7 @@ class RobertaHubInterface(nn.Module):
         """
         if tokens.dim() != 1:
             raise ValueError(f"decode takes a 1-D tensor of indices, got shape {tuple(tokens.shape)}")
-        ids = tokens.tolist()
-        if ids and ids[0] == self.dictionary.bos():
-            ids = ids[1:]
-        eos = self.dictionary.eos()
-        # A document break is two </s> in a row; the second starts the next sentence.
-        sentences, start = [], 0
-        for i in range(len(ids) - 1):
-            if ids[i] == eos and ids[i + 1] == eos:
-                sentences.append(ids[start : i + 1])
-                start = i + 1
-        sentences.append(ids[start:])
-        texts = [self.tokenizer.decode(s) for s in sentences]
-        return texts[0] if len(texts) == 1 else texts
+        return self.inputs.decode(tokens.tolist())
 
     def encode_batch(
         self, sentences: Sequence[str | Sequence[str]], *, no_separator: bool | None = None
@@ -176,21 +152,14 @@ class RobertaHubInterface(nn.Module):
         (torch.Size([2, 5]), [5, 3])
         """
         rows = [
-            self._encode_ids(*((s,) if isinstance(s, str) else tuple(s)), no_separator=no_separator) for s in sentences
+            self.inputs.encode(*((s,) if isinstance(s, str) else tuple(s)), no_separator=no_separator)
+            for s in sentences
         ]
-        return self.collate(rows)
+        return self.inputs.collate(rows)
 
     def collate(self, rows: Sequence[Sequence[int] | torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Pad lists (or 1-D tensors) of indices into ``(tokens (B, T), lengths (B,))``."""
-        if not rows:
-            raise ValueError("cannot build a batch from no sentences")
-        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
-        tokens = torch.full((len(rows), int(lengths.max())), self.dictionary.pad(), dtype=torch.long)
-        # One masked assignment of all rows back to back (row-major order) instead of one per row.
-        flat = array("q", chain.from_iterable(r.tolist() if isinstance(r, torch.Tensor) else r for r in rows))
-        if flat:
-            tokens[torch.arange(tokens.size(1)) < lengths[:, None]] = torch.frombuffer(flat, dtype=torch.long)
-        return tokens, lengths
+        return self.inputs.collate(rows)
 
     def segments(self, tokens: torch.Tensor) -> torch.Tensor:
         """BERT's segment (token-type) ids of encoded text: 0 up to and including the first
@@ -199,12 +168,7 @@ class RobertaHubInterface(nn.Module):
         >>> bert.segments(bert.encode("Hello", "world")).tolist()          # doctest: +SKIP
         [0, 0, 0, 1, 1]
         """
-        is_sep = tokens.eq(self.dictionary.eos()).long()
-        before = torch.cumsum(is_sep, dim=-1) - is_sep  # separators strictly before each position
-        return (before.gt(0) & tokens.ne(self.dictionary.pad())).long()
-
-    def _segment_labels(self, tokens: torch.Tensor) -> torch.Tensor | None:
-        return self.segments(tokens) if self.model.cfg.type_vocab_size >= 2 else None
+        return self.inputs.segments(tokens)
 
     # ------------------------------------------------------------------------- features
     @overload
@@ -228,18 +192,7 @@ class RobertaHubInterface(nn.Module):
         >>> roberta.extract_features(roberta.encode("Hello world!")).shape   # doctest: +SKIP
         torch.Size([1, 5, 1024])
         """
-        if tokens.dim() == 1:
-            tokens = tokens.unsqueeze(0)
-        if tokens.size(-1) > self.max_positions():
-            raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {self.max_positions()}")
-        tokens = tokens.to(device=self.device)
-        features, extra = self.model(
-            tokens,
-            features_only=True,
-            return_all_hiddens=return_all_hiddens,
-            segment_labels=self._segment_labels(tokens),
-        )
-        return extra["inner_states"] if return_all_hiddens else features
+        return extract_features(self.model, self.inputs, tokens, return_all_hiddens=return_all_hiddens)
 
     def extract_features_batch(
         self, sentences: Sequence[str | Sequence[str]], *, return_all_hiddens: bool = False
@@ -264,41 +217,7 @@ class RobertaHubInterface(nn.Module):
         >>> roberta.extract_features_long(long).shape                        # doctest: +SKIP
         torch.Size([1, 2002, 1024])
         """
-        if tokens.dim() == 2 and tokens.size(0) == 1:
-            tokens = tokens[0]
-        if tokens.dim() != 1:
-            raise ValueError(f"extract_features_long takes one sequence (T,), got shape {tuple(tokens.shape)}")
-        limit = self.max_positions()
-        if tokens.numel() <= limit:
-            return self.extract_features(tokens)
-        bos, eos = self.dictionary.bos(), self.dictionary.eos()
-        has_bos, has_eos = int(tokens[0]) == bos, int(tokens[-1]) == eos
-        content = tokens[int(has_bos) : tokens.numel() - int(has_eos)]
-        window = limit - 2
-        stride = stride or window // 2
-        if not 0 < stride <= window:
-            raise ValueError(f"stride must be in 1..{window}, got {stride}")
-        starts = list(range(0, max(content.numel() - window, 0) + 1, stride))
-        if starts[-1] + window < content.numel():
-            starts.append(content.numel() - window)
-        rows = [
-            torch.cat([tokens.new_tensor([bos]), content[s : s + window], tokens.new_tensor([eos])]) for s in starts
-        ]
-        features = self.extract_features(torch.stack(rows))  # (W, window + 2, C)
-
-        out = features.new_empty(content.numel(), features.size(-1))
-        best = torch.full((content.numel(),), -1, dtype=torch.long)
-        for w, start in enumerate(starts):
-            positions = torch.arange(start, start + window)
-            distance = torch.minimum(positions - start, start + window - 1 - positions)  # to the window's edge
-            take = distance > best[positions]
-            out[positions[take]] = features[w, 1:-1][take]
-            best[positions[take]] = distance[take]
-        pieces = [features[0, :1]] if has_bos else []
-        pieces.append(out)
-        if has_eos:
-            pieces.append(features[-1, -1:])
-        return torch.cat(pieces).unsqueeze(0)
+        return extract_features_long(self.model, self.inputs, tokens, stride=stride)
 
     # ------------------------------------------------------------ sentence embeddings
     def embed(
@@ -314,22 +233,9 @@ class RobertaHubInterface(nn.Module):
         prompt_name: str | None = None,
     ) -> torch.Tensor:
         """Sentence embeddings ``(N, C)`` float32 of N texts, or pairs of texts (tuples), in
-        their order (a single string gives ``(1, C)``).
-
-        ``pooling`` is ``"mean"`` (over the real tokens), ``"cls"``, ``"max"``,
-        ``"mean_sqrt_len_tokens"``, ``"weightedmean"`` or ``"lasttoken"``, or a list of them
-        (concatenated); ``normalize=True`` L2-normalises. Both default to the model's own
-        settings: those of a sentence-transformers folder (its ``Pooling`` and ``Normalize``
-        modules, ``max_seq_length``, ``do_lower_case``, prompts), giving what
-        ``SentenceTransformer(folder).encode(texts)`` gives; for any other model, mean pooling
-        without normalisation. Texts longer than ``max_length`` tokens (default: the folder's
-        ``max_seq_length``, else ``max_positions()``) are truncated, pairs longest side first.
-        ``prompt`` (or ``prompt_name``, one of the folder's prompts) is prepended to each text.
-
-        Rows are sorted by length and batched by a budget of ``max_tokens`` padded tokens per
-        batch (and at most ``batch_size`` rows), and the encoder skips what padding is left, so
-        the result of a text never depends on its batch-mates, and a mixed-length list costs
-        what its real tokens cost. See :mod:`roberta_ext.embedding`.
+        their order, pooled as the model's own settings say (a sentence-transformers folder's:
+        the same as ``SentenceTransformer(folder).encode(texts)``; else mean pooling) unless
+        ``pooling``/``normalize`` say otherwise. Options: :func:`roberta_ext.embedding.embed`.
 
         >>> roberta.embed(["Hello world!", "Hi"], normalize=True).shape        # doctest: +SKIP
         torch.Size([2, 768])
@@ -337,7 +243,9 @@ class RobertaHubInterface(nn.Module):
         from .embedding.embedder import embed
 
         return embed(
-            self,
+            self.model,
+            self.inputs,
+            self.sentence_embedding,
             texts,
             pooling=pooling,
             normalize=normalize,
@@ -377,7 +285,9 @@ class RobertaHubInterface(nn.Module):
         """
         from .alignment import extract_features_aligned_to_words
 
-        return extract_features_aligned_to_words(self, sentence, return_all_hiddens=return_all_hiddens)
+        return extract_features_aligned_to_words(
+            self.model, self.inputs, sentence, return_all_hiddens=return_all_hiddens
+        )
 
     # ---------------------------------------------------------------- classification
     def register_classification_head(
@@ -393,12 +303,7 @@ class RobertaHubInterface(nn.Module):
         >>> roberta.predict("mnli", roberta.encode("A man sleeps.", "A man is awake.")).argmax()  # doctest: +SKIP
         tensor(0)
         """
-        if head not in self.model.classification_heads:
-            known = sorted(self.model.classification_heads)
-            raise KeyError(f"no classification head named {head!r}; registered heads: {known}")
-        features = self.extract_features(tokens.to(device=self.device))
-        logits = self.model.classify(head, features)
-        return logits if return_logits else F.log_softmax(logits, dim=-1)
+        return classify(self.model, self.inputs, head, tokens, return_logits=return_logits)
 
     def label_name(self, class_index: int) -> str:
         """The label of class ``class_index``, read from the fine-tuning data's ``label/dict.txt``
@@ -418,33 +323,20 @@ class RobertaHubInterface(nn.Module):
         return [self.label_name(i) for i in self.predict(head, tokens).argmax(dim=-1).tolist()]
 
     # ------------------------------------------------------------------- multiple choice
-    @torch.no_grad()
     def score_choices(
         self,
         context: str,
         choices: Sequence[str],
         head: str = "sentence_classification_head",
         *,
-        layout: Literal["multiple_choice", "commonsense_qa"] = "multiple_choice",
+        layout: ChoiceLayout = "multiple_choice",
         max_choice_length: int | None = None,
         truncate: bool = False,
     ) -> torch.Tensor:
-        """The logits ``(N,)`` of the one-output head ``head`` for each of the N ``choices``,
-        computed in one batched forward pass without gradients (``predict`` keeps them);
-        ``.argmax()`` is the predicted choice and ``.softmax(-1)`` the probabilities the
-        multiple-choice loss trains.
-
-        Each candidate is encoded as the fine-tuning task built it. ``layout="multiple_choice"``
-        (``--task roberta_ext_multiple_choice``, fairseq's ``sentence_ranking``: RACE, SWAG):
-        the choice first, then the context, ``<s> choice </s> </s> context </s>`` (the family's
-        separator); ``max_choice_length`` is the task's ``--max-option-length`` (``<s>`` and
-        ``</s>`` of the choice included) and ``truncate=True`` its ``--shorten-method truncate``
-        at ``max_positions()``. ``layout="commonsense_qa"`` (``--task
-        roberta_ext_commonsense_qa``): the context first, one ``</s>`` between,
-        ``<s> Q: question </s> A: choice </s>`` — the caller writes the ``Q: ``/``A: ``
-        prefixes. For that layout the result equals fairseq's CommonsenseQA snippet,
-        ``torch.cat([predict(head, encode('Q: ' + stem, 'A: ' + text, no_separator=True),
-        return_logits=True) for text in texts])``, one pass instead of N.
+        """The logits ``(N,)`` of the one-output head ``head`` for each of the N ``choices``, each
+        encoded as the multiple-choice fine-tuning task built it (``layout``:
+        ``"multiple_choice"``, fairseq's ``sentence_ranking`` for RACE and SWAG, or
+        ``"commonsense_qa"``), in one batched pass; see :func:`roberta_ext.head_outputs.score_choices`.
 
         >>> roberta.score_choices("The sun is hot.", ["Is it hot? yes", "Is it hot? no"])  # doctest: +SKIP
         tensor([ 2.1034, -1.8870])
@@ -452,36 +344,16 @@ class RobertaHubInterface(nn.Module):
         ...                       layout="commonsense_qa").argmax().item()  # doctest: +SKIP
         0
         """
-        if head not in self.model.classification_heads:
-            known = sorted(self.model.classification_heads)
-            raise KeyError(f"no classification head named {head!r}; registered heads: {known}")
-        outputs = self.model.classification_heads[head].num_classes
-        if outputs != 1:
-            raise ValueError(
-                f"score_choices needs a head with one output (the multiple-choice tasks register num_classes=1); "
-                f"{head!r} has {outputs}"
-            )
-        if not choices:
-            raise ValueError("score_choices needs at least one choice")
-        bos, eos = self.dictionary.bos(), self.dictionary.eos()
-        context_ids = self.tokenizer.encode(context)
-        rows = []
-        for choice in choices:
-            if layout == "commonsense_qa":
-                ids = self._encode_ids(context, choice, no_separator=True)
-            elif layout == "multiple_choice":
-                # As sentence_ranking: --init-token before the choice, the choice cut to
-                # --max-option-length, then --separator-token and the context, which already ends in </s>.
-                first = [bos, *self.tokenizer.encode(choice), eos][:max_choice_length]
-                separator = [eos] if self.double_separator else []
-                ids = first + separator + context_ids + [eos]
-            else:
-                raise ValueError(f"layout must be 'multiple_choice' or 'commonsense_qa', got {layout!r}")
-            if truncate:
-                ids = ids[: self.max_positions()]
-            rows.append(ids)
-        tokens, _ = self.collate(rows)  # (N, T)
-        return self.predict(head, tokens, return_logits=True)[:, 0]
+        return score_choices(
+            self.model,
+            self.inputs,
+            context,
+            choices,
+            head,
+            layout=layout,
+            max_choice_length=max_choice_length,
+            truncate=truncate,
+        )
 
     # ------------------------------------------------------------------- question answering
     def answer(self, question: str, context: str, **kwargs: Any) -> Any:
@@ -507,16 +379,8 @@ class RobertaHubInterface(nn.Module):
         >>> electra.replaced_token_probs("the chef ate the meal")         # doctest: +SKIP
         [(' the', 0.01), (' chef', 0.02), (' ate', 0.91), (' the', 0.01), (' meal', 0.03)]
         """
-        from .families.electra import replaced_token_probs
-
         tokens = self.encode(text) if isinstance(text, str) else text
-        if tokens.dim() != 1:
-            raise ValueError(f"replaced_token_probs takes one sentence, got tokens of shape {tuple(tokens.shape)}")
-        tokens = tokens.to(self.device)
-        with torch.no_grad():
-            probs = replaced_token_probs(self.model, tokens[None], self._segment_labels(tokens[None]))[0]
-        specials = {self.dictionary.bos(), self.dictionary.eos(), self.dictionary.pad()}
-        return [(self._token_text(i), p) for i, p in zip(tokens.tolist(), probs.tolist()) if i not in specials]
+        return replaced_token_probs(self.model, self.inputs, tokens)
 
     # ---------------------------------------------------------------------- exporting
     def save_transformers(self, directory: str | os.PathLike[str], *, architecture: str | None = None) -> Path:
@@ -534,7 +398,13 @@ class RobertaHubInterface(nn.Module):
             else None
         )
         return save_transformers(
-            self.model, directory, architecture=architecture, labels=labels, extra_files=self._write_tokenizer_files
+            self.model,
+            directory,
+            architecture=architecture,
+            labels=labels,
+            extra_files=lambda directory: write_transformers_tokenizer(
+                self.tokenizer, directory, max_positions=self.max_positions(), mask_token=self.mask_token
+            ),
         )
 
     def export_onnx(
@@ -584,11 +454,6 @@ class RobertaHubInterface(nn.Module):
             self, path, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask
         )
 
-    def _write_tokenizer_files(self, directory: Path) -> None:
-        config: dict[str, Any] = {"model_max_length": self.max_positions()}
-        kind_of(self.tokenizer).save_transformers(self.tokenizer, directory, config, mask_token=self.mask_token)
-        (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-
     # ------------------------------------------------------------------- token tagging
     def tag(self, sentence: str, head: str = "tagger") -> list[tuple[str, str, float]]:
         """Label every word of ``sentence`` with the token head ``head`` (named-entity tagging
@@ -598,24 +463,7 @@ class RobertaHubInterface(nn.Module):
         >>> roberta.tag("Ada Lovelace was born in London")                 # doctest: +SKIP
         [('Ada', 'B-PER', 0.98), ('Lovelace', 'I-PER', 0.97), ('was', 'O', 0.99), ...]
         """
-        if head not in self.model.token_heads:
-            raise KeyError(f"no token head named {head!r}; registered token heads: {sorted(self.model.token_heads)}")
-        words = sentence.split()
-        if not words:
-            return []
-        ids, firsts = [self.dictionary.bos()], []
-        for i, word in enumerate(words):
-            pieces = self.tokenizer.encode_word(word, first=i == 0)
-            firsts.append(len(ids))
-            ids.extend(pieces or [self.dictionary.unk()])
-        ids.append(self.dictionary.eos())
-        if len(ids) > self.max_positions():
-            raise ValueError(f"sentence is {len(ids)} tokens long, more than the model's {self.max_positions()}")
-        tokens = torch.tensor([ids], device=self.device)
-        with torch.no_grad():
-            logits, _ = self.model(tokens, token_head_name=head, segment_labels=self._segment_labels(tokens))
-        probs, best = logits[0, firsts].float().softmax(dim=-1).max(dim=-1)
-        return [(word, self.label_name(k), p) for word, k, p in zip(words, best.tolist(), probs.tolist())]
+        return tag(self.model, self.inputs, self.labels, sentence, head)
 
     # --------------------------------------------------------------------- fill-mask
     def fill_mask(self, masked_input: str, topk: int = 5) -> list[tuple[str, float, str]]:
@@ -626,41 +474,15 @@ class RobertaHubInterface(nn.Module):
         >>> roberta.fill_mask("The first Star wars movie came out in <mask>", topk=1)  # doctest: +SKIP
         [('The first Star wars movie came out in 1977', 0.9504708051681519, ' 1977')]
         """
-        if not self.model.has_lm_head:
-            raise ValueError(
-                "this checkpoint has no masked-LM head (it was saved without one), so it cannot fill masks"
-            )
         mask = self.mask_token
         for spelling in self.mask_spellings[1:]:  # "[MASK]" and "<mask>" both mean the mask
             masked_input = masked_input.replace(spelling, mask)
         if masked_input.count(mask) != 1:
-            spellings = " or ".join(self.mask_spellings)
             raise ValueError(
-                f"fill_mask needs exactly one {spellings} in its input, got {masked_input.count(mask)}: "
-                f"{masked_input!r}"
+                f"fill_mask needs exactly one {' or '.join(self.mask_spellings)} in its input, got "
+                f"{masked_input.count(mask)}: {masked_input!r}"
             )
-        # Each side is encoded with trailing spaces stripped: the space before <mask> belongs
-        # to the predicted token (" 1977"), exactly as fairseq does it.
-        left, right = (self.tokenizer.encode(span.rstrip()) for span in masked_input.split(mask))
-        ids = [self.dictionary.bos(), *left, self.task.mask_idx, *right, self.dictionary.eos()]
-        tokens = torch.tensor([ids], dtype=torch.long)
-        if tokens.size(-1) > self.max_positions():
-            raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {self.max_positions()}")
-        masked = tokens.eq(self.task.mask_idx).to(self.device)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                logits, _ = self.model(tokens.to(self.device), masked_tokens=masked)  # (1, V)
-        finally:
-            self.model.train(was_training)
-        probs, indices = logits[0].softmax(dim=-1).topk(k=topk)
-        results = []
-        for prob, index in zip(probs.tolist(), indices.tolist()):
-            predicted = self._token_text(index)
-            target = f" {mask}" if f" {mask}" in masked_input else mask
-            results.append((masked_input.replace(target, predicted), prob, predicted))
-        return results
+        return fill_mask(self.model, self.inputs, masked_input, mask=mask, topk=topk)
 
     def _token_text(self, index: int) -> str:
         """The text of one dictionary entry: a token decoded, a special symbol as itself."""

@@ -25,6 +25,7 @@ from .embedding.pooling import SentenceEmbedding
 from .embedding.st_folder import is_sentence_transformers_dir, read_sentence_transformers
 from .families import get_family
 from .hub import MASK, RobertaHubInterface
+from .inputs import ModelInputs
 from .tokenizers.dictionary import Dictionary
 from .tokenizers.registry import BPE_CHOICES, KINDS, TokenizerFiles, choose_kind, in_folder, kinds_named
 
@@ -136,7 +137,8 @@ def from_pretrained(
         loaded.model.cfg = loaded.model.cfg.replace(family=kind.family)
     tokenizer = kind.for_fairseq(tokenizer_dir, dictionary, files)
     cfg = {"model": loaded.options, "task": loaded.task}
-    hub = RobertaHubInterface(loaded.model, tokenizer, label_dictionary=labels, cfg=cfg)
+    inputs = ModelInputs.for_model(loaded.model, tokenizer)
+    hub = RobertaHubInterface(loaded.model, tokenizer, label_dictionary=labels, cfg=cfg, inputs=inputs)
     return _place(hub.eval(), device, dtype, compile=compile)
 
 
@@ -166,8 +168,9 @@ def from_transformers(
             f"embedding has {loaded.model.cfg.vocab_size} rows"
         )
     cfg = {"model": {"_name": loaded.architecture, **loaded.config}, "task": {}}
+    inputs = ModelInputs.for_model(loaded.model, tokenizer)
     return RobertaHubInterface(
-        loaded.model, tokenizer, labels=loaded.labels, cfg=cfg, sentence_embedding=sentence_embedding
+        loaded.model, tokenizer, labels=loaded.labels, cfg=cfg, sentence_embedding=sentence_embedding, inputs=inputs
     ).eval()
 
 

@@ -36,6 +36,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .inputs import PairLayout, pair_layout
+
 DEFAULT_HEAD = "qa"
 """Name of the 2-label token head that scores answer starts and ends."""
 
@@ -146,32 +148,6 @@ def answer_token_span(spans: Sequence[tuple[int, int]], start: int, end: int) ->
     """
     inside = [i for i, (s, e) in enumerate(spans) if s < end and e > start]
     return (inside[0], inside[-1]) if inside else None
-
-
-@dataclass(frozen=True)
-class PairLayout:
-    """How a family joins a question and a context, as the hub's ``encode`` does."""
-
-    double_separator: bool
-    """RoBERTa's ``</s> </s>`` between the two; one ``[SEP]`` for the BERT family."""
-    segments: bool
-    """Segment ids 0 (question) and 1 (context) for models with segment embeddings."""
-
-
-def pair_layout(cfg: Any) -> PairLayout:
-    """The pair layout of a model config: a doubled separator where the family joins pairs so
-    (RoBERTa), segment ids when the model has (at least two) segment embeddings.
-
-    >>> from roberta_ext.modeling import EncoderConfig
-    >>> pair_layout(EncoderConfig.preset("tiny")), pair_layout(EncoderConfig.preset("bert-tiny"))
-    (PairLayout(double_separator=True, segments=False), PairLayout(double_separator=False, segments=True))
-    """
-    from .families import get_family
-
-    return PairLayout(
-        double_separator=get_family(getattr(cfg, "family", "roberta")).double_separator,
-        segments=getattr(cfg, "type_vocab_size", 0) >= 2,
-    )
 
 
 @dataclass
@@ -285,7 +261,7 @@ def collate_windows(windows: Sequence[QAWindow], *, bos: int, eos: int, pad: int
         raise ValueError(f"layout must be a PairLayout, got {layout!r}")
     if not windows:
         raise ValueError("cannot collate an empty list of windows")
-    separator = [eos, eos] if layout.double_separator else [eos]
+    separator = layout.separator(eos)
     rows, segments, offsets = [], [], []
     for w in windows:
         head = [bos, *w.question, *separator]

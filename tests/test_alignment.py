@@ -30,8 +30,9 @@ from hypothesis import given, settings
 
 import roberta_ext
 from roberta_ext.alignment import align_features_to_words, align_tokens_to_words, split_words
+from roberta_ext.families import preset
 from roberta_ext.hub import RobertaHubInterface
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.modeling import RobertaModel
 from roberta_ext.tokenizers.pieces import PieceTokenizer, match_spans
 from roberta_ext.tokenizers.registry import kind_of
 from roberta_ext.tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
@@ -158,7 +159,7 @@ def test_fairseq_fails_where_we_do_not(xlmr_reference):
 
 def _hub(tokenizer, family: str) -> RobertaHubInterface:
     torch.manual_seed(0)
-    cfg = EncoderConfig.preset(f"{family}-tiny", vocab_size=len(tokenizer.dictionary), max_positions=512)
+    cfg = preset(f"{family}-tiny", vocab_size=len(tokenizer.dictionary), max_positions=512)
     return RobertaHubInterface(RobertaModel(cfg), tokenizer).eval()
 
 

@@ -10,7 +10,8 @@ import torch
 
 import roberta_ext
 from roberta_ext.compiled import BucketedForward, bucket, compile_model, uncompile_model
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.families import preset
+from roberta_ext.modeling import RobertaModel
 from tests.test_hub import make_model_dir
 
 PAD = 1
@@ -32,7 +33,7 @@ class CountingBackend:
 def tiny(family: str = "roberta", **overrides) -> RobertaModel:
     torch.manual_seed(0)
     name = "tiny" if family == "roberta" else f"{family}-tiny"
-    return RobertaModel(EncoderConfig.preset(name, **overrides)).eval()
+    return RobertaModel(preset(name, **overrides)).eval()
 
 
 def tokens_of(lengths: list[int], *, width: int | None = None, left: bool = False, seed: int = 0) -> torch.Tensor:
@@ -141,7 +142,7 @@ def test_every_compiled_model_has_its_own_cache():
     backend = CountingBackend()
     for seed in range(9):
         torch.manual_seed(seed)
-        model = RobertaModel(EncoderConfig.preset("tiny")).eval()
+        model = RobertaModel(preset("tiny")).eval()
         compile_model(model, backend=backend, length_buckets=(8,), batch_buckets=(2,))
         with torch.no_grad():
             model(tokens_of([5, 3]), features_only=True)

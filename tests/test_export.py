@@ -424,9 +424,10 @@ def test_int8_per_tensor_uses_all_8_bits_where_the_cpu_allows():
 
 
 def test_int8_keeps_shared_layers_shared(tmp_path):
-    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.families import preset
+    from roberta_ext.modeling import RobertaModel
 
-    model = quantize_int8(RobertaModel(EncoderConfig.preset("albert-tiny")).eval())
+    model = quantize_int8(RobertaModel(preset("albert-tiny")).eval())
     layers = model.encoder.sentence_encoder.layers
     assert layers[0] is layers[1] and isinstance(layers[1].fc1, Int8Linear)
 

@@ -18,7 +18,8 @@ import torch
 
 import roberta_ext
 from roberta_ext.checkpoints import CheckpointError, save_roberta_checkpoint, store
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.families import preset
+from roberta_ext.modeling import RobertaModel
 from roberta_ext.tokenizers import Dictionary
 from tests.conftest import REPO, run_without_fairseq
 
@@ -28,9 +29,7 @@ def make_model_dir(directory: Path, bpe_files, *, layers: int = 2, max_positions
     directory.mkdir(parents=True, exist_ok=True)
     vocab = len(Dictionary.load(bpe_files.dict_txt)) + 1  # + <mask>
     torch.manual_seed(0)
-    model = RobertaModel(
-        EncoderConfig.preset("tiny", vocab_size=vocab, encoder_layers=layers, max_positions=max_positions)
-    )
+    model = RobertaModel(preset("tiny", vocab_size=vocab, encoder_layers=layers, max_positions=max_positions))
     data = directory
     if labels:
         model.register_classification_head("sentence_classification_head", num_classes=len(labels))
@@ -189,7 +188,7 @@ def test_missing_pieces_are_named(tmp_path, bpe_files):
         roberta_ext.from_pretrained(str(folder), checkpoint_file="other.pt")
     shutil.copy(folder / "model.pt", folder / "checkpoint_last.pt")
     (folder / "model.pt").rename(folder / "checkpoint_best.pt")  # a fairseq-train --save-dir
-    said = r"holds checkpoint_best\.pt, checkpoint_last\.pt: pass checkpoint_file='checkpoint_best\.pt' \(--checkpoint-file"
+    said = r"holds checkpoint_best\.pt, checkpoint_last\.pt: pass checkpoint_file='checkpoint_best\.pt' \(--checkpoint"
     with pytest.raises(FileNotFoundError, match=said):
         roberta_ext.from_pretrained(str(folder))
     (folder / "checkpoint_best.pt").rename(folder / "model.pt")

@@ -11,7 +11,8 @@ import torch
 
 import roberta_ext
 from roberta_ext.checkpoints import save_roberta_checkpoint
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.families import preset
+from roberta_ext.modeling import RobertaModel
 from roberta_ext.tokenizers import Dictionary
 from roberta_ext.tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 from roberta_ext.tokenizers.wordpiece import WordPieceTokenizer, train_wordpiece_vocab, write_vocab
@@ -25,7 +26,7 @@ CORPUS = [
 ] * 20
 
 
-def fairseq_dir(directory: Path, pieces: list[list[str]], preset: str, *, labels: list[str] | None = None) -> Path:
+def fairseq_dir(directory: Path, pieces: list[list[str]], name: str, *, labels: list[str] | None = None) -> Path:
     """A model folder as fairseq-train leaves it: model.pt and the dict.txt fairseq-preprocess
     builds from tokenized text (+ label/dict.txt for a tagger)."""
     dictionary = Dictionary()
@@ -35,7 +36,7 @@ def fairseq_dir(directory: Path, pieces: list[list[str]], preset: str, *, labels
     directory.mkdir(parents=True, exist_ok=True)
     dictionary.save(directory / "dict.txt")
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset(preset, vocab_size=len(dictionary) + 1, padding_idx=1))
+    model = RobertaModel(preset(name, vocab_size=len(dictionary) + 1, padding_idx=1))
     if labels:
         model.register_token_head("tagger", num_labels=len(labels))
         (directory / "label").mkdir()

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from roberta_ext import qa
+from roberta_ext.families import preset
 from roberta_ext.hub import RobertaHubInterface
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.modeling import RobertaModel
 from roberta_ext.tokenizers.dictionary import Dictionary
 from roberta_ext.tokenizers.gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer
 from tests.bpe_fixtures import UNICODE_SAMPLES
@@ -192,14 +193,14 @@ def test_questions_are_cut_to_max_question_tokens():
 
 
 @pytest.mark.parametrize(
-    "preset,expected,segments",
+    "name,expected,segments",
     [
         ("tiny", [0, 7, 8, 2, 2, 20, 21, 22, 2], None),  # <s> q </s> </s> c </s>
         ("bert-tiny", [0, 7, 8, 2, 20, 21, 22, 2], [0, 0, 0, 0, 1, 1, 1, 1]),  # [CLS] q [SEP] c [SEP]
     ],
 )
-def test_collate_follows_the_models_pair_layout(preset, expected, segments):
-    layout = qa.pair_layout(EncoderConfig.preset(preset))
+def test_collate_follows_the_models_pair_layout(name, expected, segments):
+    layout = qa.pair_layout(preset(name))
     windows = [qa.QAWindow([7, 8], [20, 21, 22], 0, start=1, end=2), qa.QAWindow([7], [20], 0)]
     batch = qa.collate_windows(windows, bos=0, eos=2, pad=1, layout=layout)
     assert batch.tokens[0].tolist() == expected
@@ -215,7 +216,7 @@ def test_collate_follows_the_models_pair_layout(preset, expected, segments):
 
 def test_loss_is_cross_entropy_over_candidates():
     windows = [qa.QAWindow([7, 8], [20, 21, 22], 0, start=1, end=2), qa.QAWindow([7], [20], 0)]
-    batch = qa.collate_windows(windows, bos=0, eos=2, pad=1, layout=qa.pair_layout(EncoderConfig.preset("tiny")))
+    batch = qa.collate_windows(windows, bos=0, eos=2, pad=1, layout=qa.pair_layout(preset("tiny")))
     logits = torch.randn(*batch.tokens.shape, 2, requires_grad=True)
     parts = qa.qa_loss(logits, batch)
     expected = 0.0
@@ -299,7 +300,7 @@ def test_answer_searches_every_window_of_a_long_context(tokenizer):
 
 
 def test_answer_with_a_real_model_and_hub(tokenizer):
-    cfg = EncoderConfig.preset("tiny", vocab_size=len(tokenizer.dictionary))
+    cfg = preset("tiny", vocab_size=len(tokenizer.dictionary))
     model = RobertaModel(cfg)
     hub = RobertaHubInterface(model, tokenizer)
     with pytest.raises(KeyError, match="no token head 'qa'"):

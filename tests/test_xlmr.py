@@ -36,7 +36,8 @@ from hypothesis import strategies as st
 
 import roberta_ext
 from roberta_ext.checkpoints import save_roberta_checkpoint
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.families import preset
+from roberta_ext.modeling import RobertaModel
 from roberta_ext.tokenizers import Dictionary
 from roberta_ext.tokenizers.pieces import PieceTokenizer
 from roberta_ext.tokenizers.registry import TokenizerFiles, choose_kind, get_kind
@@ -273,8 +274,8 @@ def test_hubconf_has_the_xlmr_entries_and_the_store_their_urls():
 
 
 def test_presets_have_xlmrs_shapes():
-    base, large = EncoderConfig.preset("xlmr-base"), EncoderConfig.preset("xlmr-large")
-    xl, xxl = EncoderConfig.preset("xlmr-xl"), EncoderConfig.preset("xlmr-xxl")
+    base, large = preset("xlmr-base"), preset("xlmr-large")
+    xl, xxl = preset("xlmr-xl"), preset("xlmr-xxl")
     assert (base.vocab_size, base.encoder_layers, base.encoder_embed_dim, base.num_position_embeddings) == (
         250002,
         12,
@@ -432,7 +433,7 @@ def fairseq_xlmr_dir(tmp_path_factory, spm_model) -> Path:
     (folder / "dict.txt").write_text("".join(f"{sp.id_to_piece(i)} 1\n" for i in range(3, sp.get_piece_size())))
     shutil.copy(spm_model, folder / "sentencepiece.bpe.model")
     torch.manual_seed(1)
-    model = RobertaModel(EncoderConfig.preset("xlmr-tiny", vocab_size=sp.get_piece_size() + 2, max_positions=128))
+    model = RobertaModel(preset("xlmr-tiny", vocab_size=sp.get_piece_size() + 2, max_positions=128))
     model.register_classification_head("xnli", num_classes=3)
     save_roberta_checkpoint(model, folder / "model.pt")
     return folder

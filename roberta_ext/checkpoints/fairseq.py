@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .._io import atomic_path
-from ..families import get_family
+from ..families import get_family, preset
 from ..modeling import EncoderConfig, RobertaModel
 from ..modeling.config import CHECKPOINT_OPTIONS, FAIRSEQ_NAMES
 from .safe_load import CheckpointError, load_checkpoint_file
@@ -118,6 +118,29 @@ def bpe_options(state: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def config_from_fairseq(options: Mapping[str, Any], **overrides: Any) -> EncoderConfig:
+    """Our config from fairseq's model options (``args`` as a dict or ``cfg["model"]``), on top
+    of the RoBERTa preset the architecture names (``large`` in its name, else ``base``).
+
+    Unknown options are ignored; fairseq's names that differ from ours are mapped. Only options
+    a checkpoint records are read: the attention strategy is the reader's choice, not the file's.
+
+    >>> config_from_fairseq({"arch": "roberta_large", "encoder_layers": 24}).encoder_embed_dim
+    1024
+    """
+    arch = options.get("arch") or options.get("_name") or ""
+    renames = {fairseq: ours for ours, fairseq in FAIRSEQ_NAMES.items() if fairseq != ours}
+    renames["encoder_layernorm_embedding"] = "layernorm_embedding"  # fairseq's transformer encoder's name
+    names = {*CHECKPOINT_OPTIONS, "vocab_size"}
+    values: dict[str, Any] = {}
+    for key, value in options.items():
+        key = renames.get(key, key)
+        if key in names and value is not None:
+            values[key] = value
+    values.update(overrides)
+    return preset("large" if "large" in str(arch) else "base", **values)
+
+
 def config_from_checkpoint(
     state_dict: Mapping[str, torch.Tensor], options: Mapping[str, Any], path: str
 ) -> EncoderConfig:
@@ -138,7 +161,7 @@ def config_from_checkpoint(
     absolute = options.get("position_style") == "absolute"
     segments = state_dict.get(prefix + "segment_embeddings.weight")
     try:
-        return EncoderConfig.from_fairseq(
+        return config_from_fairseq(
             options,
             vocab_size=vocab_size,
             encoder_embed_dim=embed_dim,
@@ -207,7 +230,7 @@ def save_roberta_checkpoint(
     """Write ``model`` as a fairseq-layout checkpoint (``cfg`` + ``model``), atomically: the
     file appears whole under its name or not at all.
 
-    >>> save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("tiny")), "/tmp/tiny.pt")  # doctest: +SKIP
+    >>> save_roberta_checkpoint(RobertaModel(preset("tiny")), "/tmp/tiny.pt")  # doctest: +SKIP
     """
     cfg = model.cfg
     options = {

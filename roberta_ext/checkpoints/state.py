@@ -2,12 +2,13 @@
 transformers directories): every tensor used, every parameter filled, every shape checked, the
 tied LM output matrix checked against the embeddings, then adopted without a copy.
 
->>> from roberta_ext.modeling import EncoderConfig, RobertaModel
->>> model = RobertaModel(EncoderConfig.preset("tiny"))
+>>> from roberta_ext.families import preset
+>>> from roberta_ext.modeling import RobertaModel
+>>> model = RobertaModel(preset("tiny"))
 >>> state = dict(model.state_dict())
->>> load_state_strict(RobertaModel(EncoderConfig.preset("tiny")), state, source="example.pt")
+>>> load_state_strict(RobertaModel(preset("tiny")), state, source="example.pt")
 >>> del state["encoder.lm_head.bias"]
->>> load_state_strict(RobertaModel(EncoderConfig.preset("tiny")), state, source="example.pt")
+>>> load_state_strict(RobertaModel(preset("tiny")), state, source="example.pt")
 Traceback (most recent call last):
 ...
 roberta_ext.checkpoints.safe_load.CheckpointError: 'example.pt' does not match a roberta model:
@@ -85,9 +86,10 @@ def drop_pretraining_modules(model: nn.Module, state: dict[str, torch.Tensor], p
     have (a pretraining checkpoint loaded for serving or fine-tuning). Returns how many tensors
     of each module were dropped, for the caller to report.
 
-    >>> from roberta_ext.modeling import EncoderConfig, RobertaModel
+    >>> from roberta_ext.families import preset
+    >>> from roberta_ext.modeling import RobertaModel
     >>> state = {"generator.x": torch.zeros(1), "encoder.y": torch.zeros(1)}
-    >>> drop_pretraining_modules(RobertaModel(EncoderConfig.preset("tiny")), state), sorted(state)
+    >>> drop_pretraining_modules(RobertaModel(preset("tiny")), state), sorted(state)
     ({'generator': 1}, ['encoder.y'])
     """
     children = dict(model.named_children())

@@ -97,7 +97,7 @@ def read_weights(directory: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
             tensors.update(_read_safetensors(d / shard))
         return tensors
     if (d / "pytorch_model.bin").is_file():
-        state = load_torch_file(d / "pytorch_model.bin")
+        state = load_torch_file(d / "pytorch_model.bin", kind="transformers weights file")
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise CheckpointError(f"{str(d / 'pytorch_model.bin')!r} is not a state dict of tensors")
         return dict(state)
@@ -446,7 +446,7 @@ def save_transformers(
     The directory appears whole or not at all: files are written into a temporary sibling that
     is renamed into place (an existing non-empty ``directory`` is refused).
 
-    >>> save_transformers(RobertaModel(EncoderConfig.preset("bert-tiny")), "bert-tiny-hf")  # doctest: +SKIP
+    >>> save_transformers(RobertaModel(preset("bert-tiny")), "bert-tiny-hf")  # doctest: +SKIP
     """
     from safetensors.torch import save_file
 

@@ -7,8 +7,8 @@ are dynamic: any batch size and any length up to ``max_positions()``.
 
 The contract of the graph (the same for ONNX and torch.export):
 
-* ``input_ids``: int64 ``(batch, sequence)``, the indices :meth:`RobertaHubInterface.encode`
-  gives (``<s> ... </s>``), padded with ``<pad>`` as :meth:`RobertaHubInterface.collate` does;
+* ``input_ids``: int64 ``(batch, sequence)``, the indices :meth:`ServedModel.encode`
+  gives (``<s> ... </s>``), padded with ``<pad>`` as :meth:`ServedModel.collate` does;
 * ``attention_mask``: int64 ``(batch, sequence)``, 1 on real tokens and 0 on padding, as
   transformers' tokenizers give it. A position is padding where the mask is 0 *or* the id is
   ``<pad>`` (fairseq's rule, which our hub follows), so a batch padded with ``<pad>`` may pass a
@@ -40,7 +40,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,10 +50,9 @@ from tqdm import tqdm
 from .._io import AtomicFiles
 from ..corpus.commands import run_command
 from ..embedding.pooling import POOLING_MODES, check_modes, pool
+from ..head_outputs import classify
+from ..inputs import ServedModel, extract_features
 from .int8 import Int8Linear, PerTensorInt8Linear
-
-if TYPE_CHECKING:
-    from ..hub import RobertaHubInterface
 
 __all__ = [
     "FORMATS",
@@ -99,7 +98,7 @@ class ServingModule(nn.Module):
 
     def __init__(
         self,
-        hub: RobertaHubInterface,
+        hub: ServedModel,
         *,
         head: str | None = None,
         pooling: str | Sequence[str] | None = None,
@@ -140,7 +139,7 @@ class ServingModule(nn.Module):
         # BERT-like models embed segment ids, which the hub derives from the ids (0 up to the
         # first [SEP], 1 after): the graph derives them the same way.
         self.segments: Callable[[torch.Tensor], torch.Tensor] | None = (
-            hub.segments if model.cfg.type_vocab_size >= 2 else None
+            hub.inputs.segments if hub.inputs.layout.segments else None
         )
 
     @property
@@ -185,7 +184,7 @@ class ServingModule(nn.Module):
 # ------------------------------------------------------------------------------- inputs
 
 
-def example_inputs(hub: RobertaHubInterface, batch: int = 2, length: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+def example_inputs(hub: ServedModel, batch: int = 2, length: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     """A right-padded batch ``(input_ids, attention_mask)`` of ``batch`` rows, ``<s> ... </s>``,
     the first ``length`` tokens long (at most ``max_positions()``), each next one shorter.
 
@@ -193,9 +192,9 @@ def example_inputs(hub: RobertaHubInterface, batch: int = 2, length: int = 8) ->
     >>> ids.tolist(), mask.tolist()                          # doctest: +SKIP
     ([[0, 17, 40, 23, 2], [0, 31, 9, 2, 1]], [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
     """
-    length = max(3, min(length, hub.max_positions()))
+    length = max(3, min(length, hub.inputs.max_positions))
     generator = torch.Generator().manual_seed(0)
-    dictionary = hub.dictionary
+    dictionary = hub.inputs.dictionary
     ids = torch.randint(dictionary.nspecial, len(dictionary), (batch, length), generator=generator)
     ids[:, 0] = dictionary.bos()
     lengths = [max(3, length - row) for row in range(batch)]
@@ -204,24 +203,24 @@ def example_inputs(hub: RobertaHubInterface, batch: int = 2, length: int = 8) ->
         ids[row, n - 1] = dictionary.eos()
         ids[row, n:] = dictionary.pad()
         mask[row, :n] = 1
-    return ids.to(hub.device), mask.to(hub.device)
+    device = next(hub.model.parameters()).device
+    return ids.to(device), mask.to(device)
 
 
-def hub_outputs(
-    hub: RobertaHubInterface, serving: ServingModule, input_ids: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def hub_outputs(hub: ServedModel, serving: ServingModule, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """What ``serving`` must give for a right-padded batch (padded with ``<pad>``), computed by
     the hub's own methods, and where it is defined: ``(outputs, where)``, ``where`` being True
     on real tokens for per-token outputs and on every row for sentence-level ones.
 
     >>> outputs, where = hub_outputs(roberta, ServingModule(roberta, pooling="mean"), ids)   # doctest: +SKIP
     """
-    real = input_ids.ne(hub.dictionary.pad())
+    real = input_ids.ne(hub.inputs.dictionary.pad())
     every_row = torch.ones(len(input_ids), dtype=torch.bool)
     with torch.no_grad():
         if serving.head is not None and serving.head in hub.model.classification_heads:
-            return hub.predict(serving.head, input_ids, return_logits=True), every_row
-        features = hub.extract_features(input_ids)
+            return classify(hub.model, hub.inputs, serving.head, input_ids, return_logits=True), every_row
+        features = extract_features(hub.model, hub.inputs, input_ids)
+        assert isinstance(features, torch.Tensor)
         if serving.modes is not None:
             return serving.pool(features, real.sum(dim=1)), every_row
         if serving.head is not None:
@@ -268,12 +267,12 @@ def _dynamic_shapes(serving: ServingModule) -> dict[str, dict[int, Any]]:
     return {name: {0: batch, 1: sequence} for name in serving.input_names}
 
 
-def _trace_inputs(serving: ServingModule, hub: RobertaHubInterface) -> tuple[torch.Tensor, ...]:
+def _trace_inputs(serving: ServingModule, hub: ServedModel) -> tuple[torch.Tensor, ...]:
     ids, mask = example_inputs(hub)
     return (ids, mask) if serving.takes_attention_mask else (ids,)
 
 
-def _program(serving: ServingModule, hub: RobertaHubInterface) -> torch.export.ExportedProgram:
+def _program(serving: ServingModule, hub: ServedModel) -> torch.export.ExportedProgram:
     with _eval_mode(serving), torch.no_grad():
         return torch.export.export(
             serving, _trace_inputs(serving, hub), dynamic_shapes=_dynamic_shapes(serving), strict=False
@@ -281,7 +280,7 @@ def _program(serving: ServingModule, hub: RobertaHubInterface) -> torch.export.E
 
 
 def export_program(
-    hub: RobertaHubInterface,
+    hub: ServedModel,
     *,
     head: str | None = None,
     pooling: str | Sequence[str] | None = None,
@@ -336,7 +335,7 @@ def _check(
 
 
 def to_onnx(
-    hub: RobertaHubInterface,
+    hub: ServedModel,
     path: str | os.PathLike[str],
     *,
     head: str | None = None,
@@ -384,12 +383,12 @@ def to_onnx(
     return destination
 
 
-def _check_batch(hub: RobertaHubInterface) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_batch(hub: ServedModel) -> tuple[torch.Tensor, torch.Tensor]:
     """What a written file is checked on: 3 rows of up to 11 tokens (traced on 2 x 8)."""
-    return example_inputs(hub, batch=3, length=min(11, hub.max_positions()))
+    return example_inputs(hub, batch=3, length=min(11, hub.inputs.max_positions))
 
 
-def _check_onnx(hub: RobertaHubInterface, serving: ServingModule, path: Path, destination: Path) -> None:
+def _check_onnx(hub: ServedModel, serving: ServingModule, path: Path, destination: Path) -> None:
     try:
         import onnxruntime
     except ImportError:
@@ -403,7 +402,7 @@ def _check_onnx(hub: RobertaHubInterface, serving: ServingModule, path: Path, de
 
 
 def to_torch_export(
-    hub: RobertaHubInterface,
+    hub: ServedModel,
     path: str | os.PathLike[str],
     *,
     head: str | None = None,

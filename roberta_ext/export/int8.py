@@ -179,8 +179,9 @@ def quantize_int8(model: nn.Module, *, activations: str = "per_token") -> nn.Mod
     :class:`Int8Linear` (``activations="per_token"``) or :class:`PerTensorInt8Linear`
     (``"per_tensor"``). A layer shared by several parents (ALBERT) stays one shared layer.
 
-    >>> from roberta_ext.modeling import EncoderConfig, RobertaModel
-    >>> model = quantize_int8(RobertaModel(EncoderConfig.preset("tiny")).eval())
+    >>> from roberta_ext.families import preset
+    >>> from roberta_ext.modeling import RobertaModel
+    >>> model = quantize_int8(RobertaModel(preset("tiny")).eval())
     >>> model.encoder.sentence_encoder.layers[0].fc1
     Int8Linear(in_features=32, out_features=64, per-token int8 inputs)
     """

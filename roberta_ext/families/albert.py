@@ -14,8 +14,9 @@ approximation of GELU, and no dropout in its v2 models. Both changes live in the
 as options (``embedding_size``, ``share_layers``); this file names the presets and
 transformers' names for ALBERT's weights.
 
->>> from roberta_ext.modeling import EncoderConfig, RobertaModel
->>> model = RobertaModel(EncoderConfig.preset("albert-base"))
+>>> from roberta_ext.families import preset
+>>> from roberta_ext.modeling import RobertaModel
+>>> model = RobertaModel(preset("albert-base"))
 >>> round(sum(p.numel() for p in model.parameters()) / 1e6, 1)      # BERT-base: 110M
 11.8
 """

@@ -81,8 +81,8 @@ class Family:
     name: str
     """``EncoderConfig.family``; also the first word of its fairseq architectures."""
     presets: Mapping[str, Callable[[], EncoderConfig]]
-    """Size -> config. ``EncoderConfig.preset("bert-base")`` is ``presets["base"]()`` of
-    ``bert``; RoBERTa's are also reachable without the prefix (``"base"``)."""
+    """Size -> config. ``preset("bert-base")`` is ``presets["base"]()`` of ``bert``; RoBERTa's
+    are also reachable without the prefix (``"base"``)."""
     tokenizer: str
     """The tokenizer kind the family's released models use (``gpt2``, ``wordpiece``,
     ``sentencepiece``), for a checkpoint that comes without tokenizer files."""
@@ -164,15 +164,29 @@ def family_of_transformers(model_type: str) -> Family | None:
     return None
 
 
-def preset(name: str) -> EncoderConfig:
+def preset(name: str, **overrides: Any) -> EncoderConfig:
     """A named config: ``FAMILY-SIZE`` (``bert-base``, ``albert-tiny``) or a RoBERTa size alone
-    (``base``, ``large``, ``tiny``)."""
+    (``base``, ``large``, ``tiny``), with the fields in ``overrides`` replaced. The one way to
+    a config by name: :class:`~roberta_ext.modeling.EncoderConfig` itself knows no family.
+
+    >>> preset("large").encoder_layers
+    24
+    >>> preset("albert-base").embedding_size
+    128
+    >>> preset("tiny", encoder_layers=4).encoder_layers
+    4
+    """
     family_name, _, size = name.rpartition("-")
     family = _FAMILIES.get(family_name or "roberta")
     if family is None or size not in family.presets:
         known = sorted(f"{f.name}-{s}" if f.name != "roberta" else s for f in _FAMILIES.values() for s in f.presets)
         raise ValueError(f"unknown preset {name!r}; known presets: {known}")
-    return family.presets[size]()
+    cfg = family.presets[size]()
+    if not overrides:
+        return cfg
+    cfg = cfg.replace(**overrides)
+    get_family(cfg.family)  # an overridden family must be a known one: a ValueError naming them
+    return cfg
 
 
 # transformers' BERT, RoBERTa and ELECTRA share these names; ALBERT has its own layer names.

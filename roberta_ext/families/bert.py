@@ -7,8 +7,9 @@ in ``[CLS] A [SEP] B [SEP]``, LayerNorm epsilon 1e-12, and a pooler (dense + tan
 ``[CLS]``) under its next-sentence-prediction head. RoBERTa's paper dropped NSP and the
 segments; BERT keeps both, so this file is data: presets and transformers' names.
 
->>> from roberta_ext.modeling import EncoderConfig, RobertaModel
->>> cfg = EncoderConfig.preset("bert-base")
+>>> from roberta_ext.families import preset
+>>> from roberta_ext.modeling import RobertaModel
+>>> cfg = preset("bert-base")
 >>> cfg.type_vocab_size, cfg.position_style, cfg.pooler
 (2, 'absolute', True)
 >>> round(sum(p.numel() for p in RobertaModel(cfg).parameters()) / 1e6, 1)   # millions, with MLM head

@@ -31,7 +31,8 @@ A served discriminator is :class:`ElectraDiscriminator` (the encoder and ``discr
 transformers' ``ElectraForPreTraining`` checkpoints load into it through
 :mod:`roberta_ext.checkpoints.transformers`.
 
->>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+>>> from roberta_ext.families import preset
+>>> model = ElectraPretrainingModel(preset("electra-tiny"))
 >>> model.generator.cfg.encoder_embed_dim, model.cfg.encoder_embed_dim, model.cfg.embed_dim
 (8, 32, 16)
 >>> model.generator.encoder.sentence_encoder.embed_tokens is model.encoder.sentence_encoder.embed_tokens
@@ -88,7 +89,8 @@ def generator_config(cfg: EncoderConfig, fraction: float = DEFAULT_GENERATOR_FRA
     size, feed-forward size and head count scaled by ``fraction``, embeddings ``cfg.embed_dim``
     wide (they are the discriminator's), no pooler.
 
-    >>> g = generator_config(EncoderConfig.preset("electra-base"), 1 / 3)
+    >>> from roberta_ext.families import preset
+    >>> g = generator_config(preset("electra-base"), 1 / 3)
     >>> g.encoder_embed_dim, g.encoder_ffn_embed_dim, g.encoder_attention_heads, g.embed_dim
     (256, 1024, 4, 768)
     """
@@ -165,7 +167,8 @@ def freeze_unused_lm_head(model: RobertaModel) -> None:
 class ElectraDiscriminator(RobertaModel):
     """ELECTRA's discriminator as it is served: the encoder and its replaced-token-detection head.
 
-    >>> model = ElectraDiscriminator(EncoderConfig.preset("electra-tiny"))
+    >>> from roberta_ext.families import preset
+    >>> model = ElectraDiscriminator(preset("electra-tiny"))
     >>> sorted(name for name, _ in model.named_children())
     ['classification_heads', 'discriminator_head', 'encoder', 'token_heads']
     """
@@ -178,7 +181,8 @@ class ElectraDiscriminator(RobertaModel):
 class ElectraPretrainingModel(ElectraDiscriminator):
     """The discriminator (this model) with a generator and a replaced-token-detection head.
 
-    >>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+    >>> from roberta_ext.families import preset
+    >>> model = ElectraPretrainingModel(preset("electra-tiny"))
     >>> tokens = torch.tensor([[0, 5, 6, 7, 2]])
     >>> out = model.pretraining_forward(tokens.masked_fill(tokens == 6, 63), torch.tensor([[0, 0, 6, 0, 0]]))
     >>> out.generator_logits.shape, out.discriminator_logits.shape
@@ -341,7 +345,8 @@ def replaced_token_probs(
     """The discriminator's probability that each token was replaced: (T,) -> (1, T), (B, T)
     -> (B, T); 0 at padding. The seed's "real or fake" example.
 
-    >>> model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny")).eval()
+    >>> from roberta_ext.families import preset
+    >>> model = ElectraPretrainingModel(preset("electra-tiny")).eval()
     >>> replaced_token_probs(model, torch.tensor([0, 5, 6, 2])).shape
     torch.Size([1, 4])
     """

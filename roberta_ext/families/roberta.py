@@ -6,8 +6,8 @@ GPT-2 byte-level BPE mapped through fairseq's ``dict.txt``, learned positions co
 classes use BERT's weight names with a one-row, all-zero segment table that fairseq's layout
 does not have.
 
->>> from roberta_ext.modeling import EncoderConfig
->>> cfg = EncoderConfig.preset("base")
+>>> from roberta_ext.families import preset
+>>> cfg = preset("base")
 >>> cfg.family, cfg.encoder_layers, cfg.num_position_embeddings
 ('roberta', 12, 514)
 """

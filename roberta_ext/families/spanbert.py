@@ -21,7 +21,8 @@ right boundary; rows from fairseq's blocks rarely end on a masked word.
 Layout of a pretraining model: a :class:`~roberta_ext.modeling.RobertaModel` (its MLM head
 trained as usual) plus ``sbo_head.*``, which serving drops (:func:`encoder_state`).
 
->>> model = SpanBertPretrainingModel(EncoderConfig.preset("spanbert-tiny"))
+>>> from roberta_ext.families import preset
+>>> model = SpanBertPretrainingModel(preset("spanbert-tiny"))
 >>> tokens = torch.tensor([[0, 5, 63, 63, 8, 2]])
 >>> targets = torch.tensor([[0, 0, 6, 7, 0, 0]])
 >>> out = model.pretraining_forward(tokens, targets)

@@ -10,8 +10,8 @@ layer order: pre-LN, with a final LayerNorm and no LayerNorm on the embeddings (
 ``xlm-roberta``) with RoBERTa's weight names; its XL classes (``xlm-roberta-xl``) are another
 layout, not read here.
 
->>> from roberta_ext.modeling import EncoderConfig
->>> base, xl = EncoderConfig.preset("xlmr-base"), EncoderConfig.preset("xlmr-xl")
+>>> from roberta_ext.families import preset
+>>> base, xl = preset("xlmr-base"), preset("xlmr-xl")
 >>> base.vocab_size, base.encoder_layers, base.num_position_embeddings
 (250002, 12, 514)
 >>> xl.encoder_layers, xl.encoder_embed_dim, xl.encoder_normalize_before, xl.layernorm_embedding

@@ -5,16 +5,21 @@ that a fairseq ``args``/``cfg`` maps onto this config by name. Each field is dec
 :func:`option`: its default, its help text and, where it differs, its fairseq name. Every other
 view of the options is derived from these fields — the fairseq plugin's model dataclass and
 architectures (``fairseq_plugin/models.py``), the options a checkpoint records
-(:data:`CHECKPOINT_OPTIONS`) — so nothing can drift. The presets live with their families
-(:mod:`roberta_ext.families`).
+(:data:`CHECKPOINT_OPTIONS`) — so nothing can drift.
+
+The config is a plain record: it knows no family. The named shapes live with their families
+(``roberta_ext.families.preset("bert-base")``), and reading a fairseq checkpoint's options is
+:mod:`roberta_ext.checkpoints`' job.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .attention import ATTENTION_STRATEGIES, checked_strategy
 
 ACTIVATIONS = ("gelu", "gelu_accurate", "relu", "tanh", "linear")
 POSITION_STYLES = ("fairseq", "absolute")
@@ -28,12 +33,15 @@ def option(
     choices: Sequence[str] | None = None,
     fairseq_name: str | None = None,
     plugin: bool = True,
+    recorded: bool = True,
 ) -> Any:
     """One model option: a dataclass field whose metadata the other views read.
 
     ``help`` is the text of ``fairseq-train --help``; ``choices`` the allowed values;
     ``fairseq_name`` the option's name in fairseq when ours differs; ``plugin=False`` for
-    options that are not command-line flags (the vocabulary comes from ``dict.txt``).
+    options that are not command-line flags (the vocabulary comes from ``dict.txt``);
+    ``recorded=False`` for a choice of the process running the model rather than of the model
+    itself (the attention strategy), which checkpoints do not record.
 
     >>> [f.metadata["fairseq_name"] for f in dataclasses.fields(EncoderConfig) if f.name == "untie_weights"]
     ['untie_weights_roberta']
@@ -45,17 +53,20 @@ def option(
             "choices": tuple(choices) if choices else None,
             "fairseq_name": fairseq_name,
             "plugin": plugin,
+            "recorded": recorded,
         },
     )
 
 
 @dataclass(kw_only=True)
 class EncoderConfig:
-    """Shape and behaviour of a bidirectional transformer encoder with an LM head.
+    """Shape and behaviour of a bidirectional transformer encoder with an LM head. The defaults
+    are RoBERTa-base's; the named shapes are the families' presets
+    (``roberta_ext.families.preset("large")``).
 
-    >>> cfg = EncoderConfig.preset("base")
-    >>> cfg.encoder_layers, cfg.encoder_embed_dim, cfg.max_positions
-    (12, 768, 512)
+    >>> cfg = EncoderConfig(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
+    >>> cfg.encoder_layers, cfg.encoder_embed_dim, cfg.max_positions, cfg.family
+    (2, 32, 512, 'roberta')
     """
 
     vocab_size: int = option(
@@ -126,6 +137,18 @@ class EncoderConfig:
         "bf16 matmuls, instead of --fp16 (fairseq's --bf16 means a TPU); not with --fp16, --bf16 or --amp",
     )
 
+    # ---- how this process runs the model (checkpoints do not record these) ----
+
+    attention: str | None = option(
+        None,
+        "how the encoder attends over a batch with padding: one of ATTENTION_STRATEGIES "
+        "(roberta_ext/modeling/attention.py); None: $ROBERTA_EXT_ATTENTION if set, else auto. A built "
+        "model changes it with model.set_attention(name) or use_attention(model, name)",
+        choices=ATTENTION_STRATEGIES,
+        plugin=False,
+        recorded=False,
+    )
+
     def __post_init__(self) -> None:
         if self.encoder_embed_dim % self.encoder_attention_heads:
             raise ValueError(
@@ -138,9 +161,8 @@ class EncoderConfig:
         for field in ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "max_positions", "vocab_size"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
-        from ..families import get_family
-
-        get_family(self.family)  # a ValueError naming the known families
+        if self.attention is not None:
+            checked_strategy(self.attention, "attention")
         for field, allowed in (("position_style", POSITION_STYLES), ("share_layers", LAYER_SHARING)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {allowed}")
@@ -165,46 +187,10 @@ class EncoderConfig:
     def replace(self, **changes: Any) -> EncoderConfig:
         """A copy with some fields changed.
 
-        >>> EncoderConfig.preset("tiny").replace(encoder_layers=4).encoder_layers
+        >>> EncoderConfig().replace(encoder_layers=4).encoder_layers
         4
         """
         return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> EncoderConfig:
-        """A named shape: ``tiny`` (tests), ``base`` (12x768) or ``large`` (24x1024) for
-        RoBERTa, and ``FAMILY-SIZE`` for the others (``bert-base``, ``albert-tiny``, ...).
-
-        >>> EncoderConfig.preset("large").encoder_layers
-        24
-        >>> EncoderConfig.preset("albert-base").embedding_size
-        128
-        """
-        from ..families import preset
-
-        return preset(name).replace(**overrides)
-
-    @classmethod
-    def from_fairseq(cls, options: Mapping[str, Any], **overrides: Any) -> EncoderConfig:
-        """Read fairseq's model options (``args`` as a dict or ``cfg["model"]``).
-
-        Unknown options are ignored; fairseq's names that differ from ours are mapped.
-
-        >>> EncoderConfig.from_fairseq({"arch": "roberta_large", "encoder_layers": 24}).encoder_embed_dim
-        1024
-        """
-        arch = options.get("arch") or options.get("_name") or ""
-        base = cls.preset("large") if "large" in str(arch) else cls.preset("base")
-        renames = {fairseq: ours for ours, fairseq in FAIRSEQ_NAMES.items() if fairseq != ours}
-        renames["encoder_layernorm_embedding"] = "layernorm_embedding"  # fairseq's transformer encoder's name
-        names = {f.name for f in dataclasses.fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in options.items():
-            key = renames.get(key, key)
-            if key in names and value is not None:
-                values[key] = value
-        values.update(overrides)
-        return base.replace(**values)
 
 
 FAIRSEQ_NAMES: dict[str, str] = {
@@ -212,6 +198,9 @@ FAIRSEQ_NAMES: dict[str, str] = {
 }
 """Our field name -> the name of the same option in fairseq (``untie_weights_roberta``)."""
 
-CHECKPOINT_OPTIONS: tuple[str, ...] = tuple(name for name in FAIRSEQ_NAMES if name != "vocab_size")
+CHECKPOINT_OPTIONS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(EncoderConfig) if f.metadata["recorded"] and f.name != "vocab_size"
+)
 """The fields a checkpoint written here records under ``cfg["model"]`` (by their fairseq names,
-:data:`FAIRSEQ_NAMES`); the vocabulary size is the embedding's row count."""
+:data:`FAIRSEQ_NAMES`); the vocabulary size is the embedding's row count, and the attention
+strategy is the running process's choice."""

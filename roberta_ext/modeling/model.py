@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .attention import checked_strategy
 from .config import EncoderConfig
 from .encoder import TransformerEncoder, init_bert_params
 from .heads import ClassificationHead, LMHead, PooledClassificationHead, Pooler, TokenClassificationHead
@@ -50,7 +51,9 @@ class RobertaEncoder(nn.Module):
 class RobertaModel(nn.Module):
     """RoBERTa — and, by its config, BERT, ALBERT and the other families — in plain PyTorch.
 
-    >>> model = RobertaModel(EncoderConfig.preset("tiny")).eval()
+    >>> cfg = EncoderConfig(vocab_size=64, encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
+    ...                     encoder_attention_heads=4, max_positions=64)
+    >>> model = RobertaModel(cfg).eval()
     >>> tokens = torch.tensor([[0, 10, 11, 2]])
     >>> model(tokens, features_only=True)[0].shape
     torch.Size([1, 4, 32])
@@ -73,6 +76,28 @@ class RobertaModel(nn.Module):
     def max_positions(self) -> int:
         """Longest input the position table allows (512 for the released models)."""
         return self.encoder.sentence_encoder.max_positions()
+
+    def set_attention(self, strategy: str | None) -> str | None:
+        """Choose how every encoder of this model (ELECTRA's generator too) attends over padded
+        batches: one of :data:`~roberta_ext.modeling.attention.ATTENTION_STRATEGIES`, or None for
+        ``$ROBERTA_EXT_ATTENTION``, else ``auto``. Other models keep theirs. Returns the choice it
+        replaces; :func:`~roberta_ext.modeling.attention.use_attention` does this for a ``with`` block.
+
+        >>> model = RobertaModel(EncoderConfig(encoder_layers=1, encoder_embed_dim=32, encoder_attention_heads=4))
+        >>> model.set_attention("masked") is None       # the config chose nothing
+        True
+        >>> model.set_attention("flash")
+        Traceback (most recent call last):
+        ...
+        ValueError: attention strategy='flash' is not an attention strategy; choose one of ('auto', ...)
+        """
+        if strategy is not None:
+            checked_strategy(strategy)  # before any encoder changes: a refused name changes nothing
+        previous = self.encoder.sentence_encoder.attention
+        for module in self.modules():
+            if isinstance(module, TransformerEncoder):
+                module.set_attention(strategy)
+        return previous
 
     def forward(
         self,
@@ -109,7 +134,7 @@ class RobertaModel(nn.Module):
     ) -> ClassificationHead | PooledClassificationHead:
         """Add (or replace, with a warning-free overwrite like fairseq's) a head named ``name``.
 
-        >>> model = RobertaModel(EncoderConfig.preset("tiny"))
+        >>> model = RobertaModel(EncoderConfig(encoder_layers=1, encoder_embed_dim=32, encoder_attention_heads=4))
         >>> model.register_classification_head("sentiment", num_classes=2).num_classes
         2
         """
@@ -132,7 +157,7 @@ class RobertaModel(nn.Module):
         """Add (or replace) a per-token head named ``name`` with ``num_labels`` outputs: a tagger
         (one label per token) or, with 2 outputs, the start/end scorer of extractive QA.
 
-        >>> model = RobertaModel(EncoderConfig.preset("tiny"))
+        >>> model = RobertaModel(EncoderConfig(encoder_layers=1, encoder_embed_dim=32, encoder_attention_heads=4))
         >>> model.register_token_head("ner", num_labels=5).num_classes
         5
         """

@@ -29,7 +29,8 @@ from roberta_ext.checkpoints.transformers import (
     save_transformers,
     transformers_state_dict,
 )
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.families import preset
+from roberta_ext.modeling import RobertaModel
 from roberta_ext.tokenizers.wordpiece import train_wordpiece_vocab, write_vocab
 from tests.bpe_fixtures import UNICODE_SAMPLES, training_corpus
 
@@ -254,7 +255,7 @@ def test_our_roberta_exports_to_transformers_and_back_exactly(tmp_path, bpe_file
 
 
 @pytest.mark.parametrize(
-    "preset,hf_class",
+    "name,hf_class",
     [
         ("bert-tiny", "BertForPreTraining"),
         ("albert-tiny", "AlbertForPreTraining"),
@@ -263,11 +264,11 @@ def test_our_roberta_exports_to_transformers_and_back_exactly(tmp_path, bpe_file
         ("tiny", "RobertaForTokenClassification"),
     ],
 )
-def test_ours_to_transformers_and_back_is_exact(tmp_path, preset, hf_class):
+def test_ours_to_transformers_and_back_is_exact(tmp_path, name, hf_class):
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset(preset, max_positions=60)).eval()
+    model = RobertaModel(preset(name, max_positions=60)).eval()
     if hf_class.endswith("PreTraining"):
-        model.register_classification_head("next_sentence" if preset == "bert-tiny" else "sentence_order", 2)
+        model.register_classification_head("next_sentence" if name == "bert-tiny" else "sentence_order", 2)
     elif hf_class.endswith("SequenceClassification"):
         model.register_classification_head("classifier", 3)
     elif hf_class.endswith("TokenClassification"):
@@ -319,7 +320,7 @@ def test_strict_loading_names_unused_tensors_and_bad_shapes(tmp_path, bert_vocab
 
 
 def test_export_refuses_to_overwrite_and_leaves_nothing_on_failure(tmp_path):
-    model = RobertaModel(EncoderConfig.preset("bert-tiny"))
+    model = RobertaModel(preset("bert-tiny"))
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("keep me")
     with pytest.raises(FileExistsError):

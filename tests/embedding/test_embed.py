@@ -12,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import roberta_ext
+from roberta_ext.data.batching import length_batches
 from roberta_ext.embedding import POOLING_MODES, Embedder, SentenceEmbedding, pool, similarity
-from roberta_ext.embedding.embedder import length_batches, lowercase, truncate_longest_first
-from roberta_ext.modeling import encoder
+from roberta_ext.inputs import truncate_longest_first
+from roberta_ext.modeling import attention
+from roberta_ext.tokenizers.normalization import lowercase_per_character as lowercase
 from tests.peers import require
 from tests.test_hub import make_model_dir
 
@@ -86,7 +88,7 @@ def test_mean_pooling_ignores_padding_and_batch_mates(roberta, monkeypatch):
     torch.testing.assert_close(together, alone, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(roberta.embed(TEXTS[::-1], batch_size=3).flip(0), alone, atol=1e-6, rtol=1e-6)
     # Padded batches attended with a key mask instead of packed (little padding: no packing).
-    monkeypatch.setattr(encoder, "PACKING_MIN_PADDING", 2.0)
+    monkeypatch.setattr(attention, "PACKING_MIN_PADDING", 2.0)
     torch.testing.assert_close(roberta.embed(TEXTS, max_tokens=10_000), alone, atol=1e-6, rtol=1e-6)
 
 

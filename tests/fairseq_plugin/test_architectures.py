@@ -6,9 +6,11 @@ and this is the check that the derivation holds."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from tests.conftest import REPO
 from tests.peers import require
@@ -18,8 +20,9 @@ require("fairseq")
 from fairseq import options  # (after the peer check)
 
 import roberta_ext.fairseq_plugin  # noqa: F401  (registers the architectures)
-from roberta_ext.fairseq_plugin.models import RobertaExtConfig, config_from_args
-from roberta_ext.families import families
+from roberta_ext.fairseq_plugin import models
+from roberta_ext.fairseq_plugin.models import POSITIONS_KEY, RobertaExtConfig, RobertaExtModel, config_from_args
+from roberta_ext.families import families, get_family
 from roberta_ext.modeling import EncoderConfig
 from roberta_ext.modeling.config import FAIRSEQ_NAMES
 
@@ -103,3 +106,59 @@ def test_fine_tuning_takes_the_tasks_max_positions():
         "roberta_ext_classification", "--arch", "roberta_ext_base", "--max-positions", "128", "--num-classes", "2"
     )
     assert config_from_args(args, task).max_positions == 128
+
+
+@pytest.mark.parametrize(
+    ("hydra", "task_options", "expected"),
+    [
+        (
+            False,
+            {"tokens_per_sample": 128},
+            "has --max-positions 64; raise --max-positions or lower --tokens-per-sample",
+        ),
+        (
+            True,
+            {"tokens_per_sample": 128},
+            "has model.max_positions=64; raise model.max_positions or lower task.tokens_per_sample",
+        ),
+        (True, {"max_positions": 128}, "raise model.max_positions or lower task.max_positions"),
+    ],
+)
+def test_a_task_longer_than_the_positions_is_refused_in_the_commands_spelling(
+    hydra, task_options, expected, monkeypatch
+):
+    """fairseq-train's options, or under fairseq-hydra-train the keys to set: a pretraining task's
+    task.tokens_per_sample, a fine-tuning task's task.max_positions."""
+    monkeypatch.setattr(models, "under_hydra", lambda: hydra)
+    task = SimpleNamespace(
+        source_dictionary=FakeDictionary(100, 1), max_positions=lambda: 128, cfg=SimpleNamespace(**task_options)
+    )
+    args = parse_for("roberta_ext_mlm", "--arch", "roberta_ext_base", "--max-positions", "64")
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        RobertaExtModel.checked_config(args, task)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "rows", "expected"),
+    [
+        # RoBERTa's learned positions start at padding_idx + 1: 64 positions are 66 rows.
+        (
+            EncoderConfig(max_positions=512),
+            (514, 66),
+            "that of max_positions 64: pass task.max_positions=64 to fine-tune",
+        ),
+        # BERT's absolute positions: one row per position.
+        (
+            get_family("bert").preset("base"),
+            (512, 128),
+            "that of max_positions 128: pass task.max_positions=128 to fine-tune",
+        ),
+    ],
+)
+def test_a_position_table_of_another_size_names_the_max_positions_that_fits(cfg, rows, expected):
+    model, checkpoint = ({POSITIONS_KEY: torch.zeros(n, 8)} for n in rows)
+    hint = models.size_options_hint(cfg, model, checkpoint, hydra=True)
+    assert hint.startswith("check model._name and the size overrides (++model.encoder_layers=N")
+    assert expected in hint and "--max-positions" not in hint
+    same = models.size_options_hint(cfg, model, model, hydra=False)
+    assert same == "check --arch and the size options (--encoder-layers, --encoder-embed-dim, --max-positions, ...)"

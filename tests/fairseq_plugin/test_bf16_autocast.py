@@ -26,8 +26,7 @@ import roberta_ext.fairseq_plugin  # noqa: F401  (registers the models and archi
 from roberta_ext.fairseq_plugin.electra import ElectraExtModel
 from roberta_ext.fairseq_plugin.models import RobertaExtModel
 from roberta_ext.fairseq_plugin.spanbert import SpanBertExtModel
-from roberta_ext.families import electra, spanbert
-from roberta_ext.modeling import EncoderConfig
+from roberta_ext.families import electra, preset, spanbert
 from roberta_ext.quickstart import stdlib_docstrings
 from roberta_ext.tokenizers import GPT2BPE
 from tests.fairseq_plugin import tools
@@ -56,7 +55,7 @@ class LinearDtypes:
 
 def tiny(model_class=RobertaExtModel, *, bf16: bool, **kwargs):
     torch.manual_seed(0)
-    cfg = EncoderConfig.preset("tiny", bf16_autocast=bf16)
+    cfg = preset("tiny", bf16_autocast=bf16)
     args = SimpleNamespace(generator_fraction=0.5, sbo_max_span_length=10, sbo_position_dim=None)
     return model_class(args, cfg, **kwargs).train()
 

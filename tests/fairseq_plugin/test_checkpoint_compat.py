@@ -52,8 +52,9 @@ def test_a_code_running_checkpoint_is_still_refused(tmp_path):
 
 def test_fairseq_reads_checkpoints_written_by_our_saver(tmp_path):
     from roberta_ext.checkpoints import save_roberta_checkpoint
-    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.families import preset
+    from roberta_ext.modeling import RobertaModel
 
-    save_roberta_checkpoint(RobertaModel(EncoderConfig.preset("tiny")), tmp_path / "model.pt")
+    save_roberta_checkpoint(RobertaModel(preset("tiny")), tmp_path / "model.pt")
     state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "model.pt"))
     assert "encoder.sentence_encoder.embed_tokens.weight" in state["model"]

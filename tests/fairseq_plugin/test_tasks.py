@@ -18,7 +18,8 @@ from fairseq.data import Dictionary
 from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
 
 from roberta_ext.fairseq_plugin.tasks import RobertaExtMLMConfig, RobertaExtMLMTask
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.families import preset
+from roberta_ext.modeling import RobertaModel
 
 TOKENS_PER_SAMPLE = 8
 
@@ -57,7 +58,7 @@ def test_size_filter_counts_the_prepended_bos(tmp_path, break_mode):
     assert max(sizes.values()) > TOKENS_PER_SAMPLE  # the corpus does hold blocks too long for the model
     assert all(dataset[i]["source"][0] == task.dictionary.bos() for i in sizes)
 
-    model = RobertaModel(EncoderConfig.preset("tiny", vocab_size=len(task.dictionary), max_positions=TOKENS_PER_SAMPLE))
+    model = RobertaModel(preset("tiny", vocab_size=len(task.dictionary), max_positions=TOKENS_PER_SAMPLE))
     kept = task.filter_indices_by_size(
         dataset.ordered_indices(), dataset, max_positions=model.max_positions(), ignore_invalid_inputs=True
     )

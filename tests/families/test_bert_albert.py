@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from roberta_ext.checkpoints.fairseq import load_roberta_checkpoint, save_roberta_checkpoint
-from roberta_ext.families import albert, bert
+from roberta_ext.families import albert, bert, preset
 from roberta_ext.modeling import EncoderConfig, RobertaModel
 from roberta_ext.modeling import encoder as encoder_module
 
@@ -21,13 +21,13 @@ def count(model: torch.nn.Module) -> int:
 
 
 def test_albert_base_has_a_tenth_of_bert_base_parameters():
-    albert_base = count(RobertaModel(EncoderConfig.preset("albert-base")))
-    bert_base = count(RobertaModel(EncoderConfig.preset("bert-base")))
+    albert_base = count(RobertaModel(preset("albert-base")))
+    bert_base = count(RobertaModel(preset("bert-base")))
     assert 11e6 < albert_base < 13e6, albert_base  # the paper: 12M
     assert 108e6 < bert_base < 112e6, bert_base  # the paper: 110M
     # Without sharing, ALBERT-base's layers would be 12 distinct copies.
-    unshared = count(RobertaModel(EncoderConfig.preset("albert-base", share_layers="none")))
-    one_layer = count(RobertaModel(EncoderConfig.preset("albert-base", encoder_layers=1)))
+    unshared = count(RobertaModel(preset("albert-base", share_layers="none")))
+    one_layer = count(RobertaModel(preset("albert-base", encoder_layers=1)))
     assert unshared > 80e6 and one_layer == albert_base  # 12 shared layers cost what one costs
 
 
@@ -41,7 +41,7 @@ def test_albert_base_has_a_tenth_of_bert_base_parameters():
     ],
 )
 def test_sharing_modes_share_exactly_their_blocks(mode, shared, own):
-    model = RobertaModel(EncoderConfig.preset("albert-tiny", encoder_layers=3, share_layers=mode))
+    model = RobertaModel(preset("albert-tiny", encoder_layers=3, share_layers=mode))
     layers = model.encoder.sentence_encoder.layers
     for part in shared:
         assert getattr(layers[0], part) is getattr(layers[2], part)
@@ -55,7 +55,7 @@ def test_sharing_modes_share_exactly_their_blocks(mode, shared, own):
 
 
 def test_factorized_embeddings_project_to_the_hidden_size():
-    cfg = EncoderConfig.preset("albert-tiny")
+    cfg = preset("albert-tiny")
     model = RobertaModel(cfg).eval()
     enc = model.encoder.sentence_encoder
     assert enc.embed_tokens.weight.shape == (cfg.vocab_size, 16)
@@ -69,7 +69,7 @@ def test_factorized_embeddings_project_to_the_hidden_size():
 
 
 def test_segments_change_features_and_default_to_segment_zero():
-    model = RobertaModel(EncoderConfig.preset("bert-tiny")).eval()
+    model = RobertaModel(preset("bert-tiny")).eval()
     tokens = torch.tensor([[2, 10, 11, 3, 12, 3]])
     with torch.no_grad():
         default = model(tokens, features_only=True)[0]
@@ -80,7 +80,7 @@ def test_segments_change_features_and_default_to_segment_zero():
 
 
 def test_absolute_positions_ignore_padding_and_real_tokens_keep_their_features():
-    model = RobertaModel(EncoderConfig.preset("bert-tiny")).eval()
+    model = RobertaModel(preset("bert-tiny")).eval()
     assert model.encoder.sentence_encoder.embed_positions.weight.shape[0] == 64
     row = torch.tensor([2, 10, 11, 12, 3])
     padded = torch.cat([row, torch.zeros(4, dtype=torch.long)])
@@ -91,7 +91,7 @@ def test_absolute_positions_ignore_padding_and_real_tokens_keep_their_features()
 
 
 def test_pooled_heads_and_token_heads():
-    model = RobertaModel(EncoderConfig.preset("bert-tiny")).eval()
+    model = RobertaModel(preset("bert-tiny")).eval()
     model.register_classification_head(bert.NEXT_SENTENCE_HEAD, num_classes=2)
     model.register_token_head("ner", num_labels=5)
     tokens = torch.tensor([[2, 10, 11, 3, 0]])
@@ -106,10 +106,10 @@ def test_pooled_heads_and_token_heads():
         model.register_token_head("bad", num_labels=0)
 
 
-@pytest.mark.parametrize("preset", ["tiny", "bert-tiny", "albert-tiny"])
-def test_every_family_round_trips_through_our_checkpoint(tmp_path, preset):
+@pytest.mark.parametrize("name", ["tiny", "bert-tiny", "albert-tiny"])
+def test_every_family_round_trips_through_our_checkpoint(tmp_path, name):
     torch.manual_seed(0)
-    model = RobertaModel(EncoderConfig.preset(preset)).eval()
+    model = RobertaModel(preset(name)).eval()
     model.register_classification_head("cls", num_classes=3)
     model.register_token_head("ner", num_labels=4)
     save_roberta_checkpoint(model, tmp_path / "model.pt")
@@ -122,14 +122,14 @@ def test_every_family_round_trips_through_our_checkpoint(tmp_path, preset):
     if model.cfg.share_layers == "all":
         layers = loaded.encoder.sentence_encoder.layers
         assert layers[0] is layers[1]
-    tokens = torch.tensor([[2, 10, 11, 3]]) if preset != "tiny" else torch.tensor([[0, 10, 11, 2]])
+    tokens = torch.tensor([[2, 10, 11, 3]]) if name != "tiny" else torch.tensor([[0, 10, 11, 2]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(tokens, token_head_name="ner")[0], model(tokens, token_head_name="ner")[0])
 
 
 def test_config_rejects_unknown_family_options():
     with pytest.raises(ValueError, match="share_layers"):
-        EncoderConfig.preset("albert-tiny", share_layers="some")
+        preset("albert-tiny", share_layers="some")
     with pytest.raises(ValueError, match="position_style"):
         EncoderConfig(position_style="rotary")
 

@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from roberta_ext.checkpoints.fairseq import load_roberta_checkpoint, save_roberta_checkpoint
-from roberta_ext.families import electra, spanbert
+from roberta_ext.families import electra, preset, spanbert
 from roberta_ext.families.electra import ElectraPretrainingModel
 from roberta_ext.families.spanbert import SpanBertPretrainingModel, span_boundaries
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.modeling import RobertaModel
 
 MASK = 63  # the tiny presets' last row, used as <mask> here
 
@@ -39,24 +39,24 @@ def masked_batch(seed: int = 0, batch: int = 4, length: int = 12, pad: int = 0) 
 
 
 def test_generator_is_a_fraction_of_the_discriminator():
-    small = electra.generator_config(EncoderConfig.preset("electra-small"))  # 1/4 by default
+    small = electra.generator_config(preset("electra-small"))  # 1/4 by default
     assert (small.encoder_embed_dim, small.encoder_ffn_embed_dim, small.encoder_attention_heads) == (64, 256, 1)
     assert small.embed_dim == 128 and small.encoder_layers == 12
-    base = electra.generator_config(EncoderConfig.preset("electra-base"), 1 / 3)  # transformers' electra-base-generator
+    base = electra.generator_config(preset("electra-base"), 1 / 3)  # transformers' electra-base-generator
     assert (base.encoder_embed_dim, base.encoder_ffn_embed_dim, base.encoder_attention_heads, base.embed_dim) == (
         256,
         1024,
         4,
         768,
     )
-    odd = electra.generator_config(EncoderConfig.preset("electra-base"), 0.3)  # 230 wide: 4 heads do not divide it
+    odd = electra.generator_config(preset("electra-base"), 0.3)  # 230 wide: 4 heads do not divide it
     assert odd.encoder_embed_dim % odd.encoder_attention_heads == 0
     with pytest.raises(ValueError, match="fraction"):
-        electra.generator_config(EncoderConfig.preset("electra-tiny"), 1.5)
+        electra.generator_config(preset("electra-tiny"), 1.5)
 
 
 def test_generator_shares_the_discriminators_embeddings():
-    model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+    model = ElectraPretrainingModel(preset("electra-tiny"))
     ours, gen = model.encoder.sentence_encoder, model.generator.encoder.sentence_encoder
     for name in electra.SHARED_EMBEDDINGS:
         assert getattr(gen, name) is getattr(ours, name), name
@@ -75,7 +75,7 @@ def test_generator_shares_the_discriminators_embeddings():
 
 
 def test_sampling_has_no_gradient_and_the_discriminator_loss_does_not_reach_the_generator():
-    model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+    model = ElectraPretrainingModel(preset("electra-tiny"))
     src, targets = masked_batch(1)
     out = model.pretraining_forward(src, targets)
     assert not out.corrupted.requires_grad and out.corrupted.grad_fn is None
@@ -116,7 +116,7 @@ class _FixedGenerator(torch.nn.Module):
 
 @pytest.mark.parametrize("token", [None, 7])
 def test_labels_mark_exactly_the_tokens_that_differ(token):
-    model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+    model = ElectraPretrainingModel(preset("electra-tiny"))
     src, targets = masked_batch(2)
     model.generator = _FixedGenerator(64, token, targets)
     out = model.pretraining_forward(src, targets)
@@ -131,7 +131,7 @@ def test_labels_mark_exactly_the_tokens_that_differ(token):
 
 
 def test_objective_is_mlm_plus_lambda_times_bce_over_non_padding():
-    model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+    model = ElectraPretrainingModel(preset("electra-tiny"))
     out = model.pretraining_forward(*masked_batch(3))
     parts = electra.electra_loss(out, padding_idx=0, discriminator_weight=50.0)
     real = out.original.ne(0)
@@ -145,7 +145,7 @@ def test_objective_is_mlm_plus_lambda_times_bce_over_non_padding():
 
 
 def test_unused_mlm_head_of_the_discriminator_is_frozen():
-    model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny"))
+    model = ElectraPretrainingModel(preset("electra-tiny"))
     head = model.encoder.lm_head
     assert not head.dense.weight.requires_grad and not head.bias.requires_grad
     assert head.weight.requires_grad  # the tied output matrix is the token embedding
@@ -153,7 +153,7 @@ def test_unused_mlm_head_of_the_discriminator_is_frozen():
 
 def test_pretraining_a_few_steps_lowers_the_loss():
     torch.manual_seed(0)
-    model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny", dropout=0.0, attention_dropout=0.0))
+    model = ElectraPretrainingModel(preset("electra-tiny", dropout=0.0, attention_dropout=0.0))
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-3)
     losses = []
     for step in range(30):
@@ -167,18 +167,18 @@ def test_pretraining_a_few_steps_lowers_the_loss():
 
 
 def test_replaced_token_probs():
-    model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny")).eval()
+    model = ElectraPretrainingModel(preset("electra-tiny")).eval()
     tokens = torch.tensor([[1, 5, 6, 7, 2], [1, 5, 2, 0, 0]])
     probs = electra.replaced_token_probs(model, tokens)
     assert probs.shape == (2, 5) and bool(((probs >= 0) & (probs <= 1)).all())
     assert probs[1, 3:].eq(0).all()  # padding
     torch.testing.assert_close(probs[1, :3], electra.replaced_token_probs(model, tokens[1, :3])[0])
     with pytest.raises(ValueError, match="discriminator head"):
-        electra.replaced_token_probs(RobertaModel(EncoderConfig.preset("electra-tiny")), tokens)
+        electra.replaced_token_probs(RobertaModel(preset("electra-tiny")), tokens)
 
 
 def test_discriminator_loads_from_a_pretraining_state_dict(tmp_path):
-    model = ElectraPretrainingModel(EncoderConfig.preset("electra-tiny")).eval()
+    model = ElectraPretrainingModel(preset("electra-tiny")).eval()
     state = model.state_dict()
     assert any(k.startswith("generator.") for k in state) and electra.has_discriminator_head(state)
     served = electra.discriminator_state(state)
@@ -255,9 +255,9 @@ def reference_sbo(head: spanbert.SpanBoundaryHead, features: torch.Tensor, maske
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("preset", ["spanbert-tiny", "albert-tiny"])
-def test_span_boundary_head_equals_the_reference(preset):
-    model = SpanBertPretrainingModel(EncoderConfig.preset(preset), max_span_length=3).eval()
+@pytest.mark.parametrize("name", ["spanbert-tiny", "albert-tiny"])
+def test_span_boundary_head_equals_the_reference(name):
+    model = SpanBertPretrainingModel(preset(name), max_span_length=3).eval()
     src, targets = masked_batch(4, length=16)
     out = model.pretraining_forward(src, targets)
     features, _ = model.encoder.sentence_encoder(src)
@@ -272,7 +272,7 @@ def test_span_boundary_head_equals_the_reference(preset):
 
 
 def test_span_boundary_head_reads_only_boundaries_and_positions():
-    model = SpanBertPretrainingModel(EncoderConfig.preset("spanbert-tiny")).eval()
+    model = SpanBertPretrainingModel(preset("spanbert-tiny")).eval()
     features = torch.randn(1, 8, 32)
     masked = torch.tensor([[0, 0, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)
     base = model.sbo_head(features, masked)
@@ -287,7 +287,7 @@ def test_span_boundary_head_reads_only_boundaries_and_positions():
 
 
 def test_spanbert_objective_sums_mlm_and_sbo():
-    model = SpanBertPretrainingModel(EncoderConfig.preset("spanbert-tiny"))
+    model = SpanBertPretrainingModel(preset("spanbert-tiny"))
     out = model.pretraining_forward(*masked_batch(5))
     parts = spanbert.spanbert_loss(out)
     mlm = F.cross_entropy(out.mlm_logits, out.targets, reduction="sum")
@@ -303,7 +303,7 @@ def test_spanbert_objective_sums_mlm_and_sbo():
 
 
 def test_spanbert_pretraining_state_dict_serves_as_an_encoder():
-    model = SpanBertPretrainingModel(EncoderConfig.preset("spanbert-tiny"))
+    model = SpanBertPretrainingModel(preset("spanbert-tiny"))
     served = spanbert.encoder_state(model.state_dict())
     assert not any(k.startswith("sbo_head.") for k in served)
     plain = RobertaModel(model.cfg)
@@ -311,10 +311,10 @@ def test_spanbert_pretraining_state_dict_serves_as_an_encoder():
 
 
 def test_presets_are_registered():
-    assert EncoderConfig.preset("electra-small").embedding_size == 128
-    assert EncoderConfig.preset("electra-base").pooler_activation_fn == "gelu"
-    assert EncoderConfig.preset("spanbert-base").family == "spanbert"
-    params = sum(p.numel() for p in RobertaModel(EncoderConfig.preset("electra-small")).parameters())
+    assert preset("electra-small").embedding_size == 128
+    assert preset("electra-base").pooler_activation_fn == "gelu"
+    assert preset("spanbert-base").family == "spanbert"
+    params = sum(p.numel() for p in RobertaModel(preset("electra-small")).parameters())
     assert 13e6 < params < 14.5e6, params  # the paper: 14M
 
 

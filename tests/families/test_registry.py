@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from roberta_ext.families import Family, families, family_of_transformers, get_family, preset, register_family
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.modeling import RobertaModel
 
 PACKAGE = Path(__file__).resolve().parents[2] / "roberta_ext"
 NAMES = {family.name for family in families()}
@@ -25,24 +25,29 @@ def test_every_preset_builds_a_model_of_its_family(family: Family):
     for size, make in family.presets.items():
         cfg = make()
         assert cfg.family == family.name
-        assert EncoderConfig.preset(f"{family.name}-{size}") == cfg
+        assert preset(f"{family.name}-{size}") == cfg
     tiny = RobertaModel(family.preset("tiny")).eval()
     tokens = torch.tensor([[0, 5, 6, 2]]) if family.preset("tiny").padding_idx == 1 else torch.tensor([[2, 5, 6, 3]])
     assert tiny(tokens, features_only=True)[0].shape == (1, 4, family.preset("tiny").encoder_embed_dim)
 
 
 def test_roberta_sizes_need_no_prefix():
-    assert preset("base") == preset("roberta-base") == EncoderConfig.preset("base")
-    assert EncoderConfig.preset("large").encoder_layers == 24
+    assert preset("base") == preset("roberta-base") == get_family("roberta").preset("base")
+    large = preset("large")
+    assert (large.encoder_layers, large.encoder_embed_dim, large.encoder_attention_heads) == (24, 1024, 16)
+
+
+def test_a_preset_takes_overrides():
+    assert preset("bert-tiny", encoder_layers=3) == get_family("bert").preset("tiny").replace(encoder_layers=3)
 
 
 def test_unknown_names_are_errors_naming_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown model family 'gpt'.*'albert'"):
         get_family("gpt")
     with pytest.raises(ValueError, match=r"unknown model family 'gpt'"):
-        EncoderConfig(family="gpt")
+        preset("base", family="gpt")  # EncoderConfig itself knows no family: the families check
     with pytest.raises(ValueError, match=r"unknown preset 'bert-huge'.*'bert-base'"):
-        EncoderConfig.preset("bert-huge")
+        preset("bert-huge")
     with pytest.raises(ValueError, match="family 'bert' has no preset 'huge'"):
         get_family("bert").preset("huge")
 

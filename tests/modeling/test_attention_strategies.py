@@ -1,8 +1,9 @@
-"""The attention strategies of the encoder (roberta_ext.modeling.encoder.ATTENTION_STRATEGIES):
+"""The attention strategies of the encoder (roberta_ext.modeling.attention.ATTENTION_STRATEGIES):
 every packed strategy equals the masked full-batch computation on real tokens. The varlen flash
 kernel is CUDA-only: on the CPU its wiring (cumulative lengths, longest run, scale, layout) is
 checked against a reference built from per-sequence SDPA; the real kernel is checked where CUDA
-is present."""
+is present. The strategy is each model's own: its config's, ``set_attention``'s or
+``use_attention``'s, else ``$ROBERTA_EXT_ATTENTION``."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from roberta_ext.modeling import EncoderConfig, RobertaModel
-from roberta_ext.modeling import encoder as enc
+from roberta_ext.modeling import RobertaModel, use_attention
+from roberta_ext.modeling import attention as att
+from tests.modeling import tiny_config
 
 PAD = 1
 LENGTHS = [12, 1, 7, 12, 3, 1]  # length-1 rows, and full-length rows of the padded width
@@ -22,7 +24,7 @@ CUDA = torch.cuda.is_available()
 
 def tiny(**overrides) -> RobertaModel:
     torch.manual_seed(0)
-    return RobertaModel(EncoderConfig.preset("tiny", **overrides)).eval()
+    return RobertaModel(tiny_config(**overrides)).eval()
 
 
 def batch_of(lengths: list[int], *, left: bool = False, vocab: int = 64) -> torch.Tensor:
@@ -43,7 +45,7 @@ def batch_of(lengths: list[int], *, left: bool = False, vocab: int = 64) -> torc
 
 
 def features(model: RobertaModel, tokens: torch.Tensor, strategy: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    with torch.no_grad(), enc.attention_strategy(strategy):
+    with torch.no_grad(), use_attention(model, strategy):
         out, extra = model(tokens, features_only=True, return_all_hiddens=True)
     return out, extra["inner_states"]
 
@@ -103,7 +105,7 @@ def test_packed_strategies_equal_the_masked_path_in_bf16(strategy, left):
 @pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
 def test_varlen_passes_cumulative_lengths_longest_run_and_scale(monkeypatch, left):
     calls: list[dict] = []
-    monkeypatch.setattr(enc, "varlen_kernel", lambda: reference_varlen(calls))
+    monkeypatch.setattr(att, "varlen_kernel", lambda: reference_varlen(calls))
     model = tiny()
     tokens = batch_of(LENGTHS, left=left)
     real = tokens.ne(PAD)
@@ -120,14 +122,14 @@ def test_varlen_passes_cumulative_lengths_longest_run_and_scale(monkeypatch, lef
 
 
 def test_one_packing_per_batch_is_shared_by_every_layer(monkeypatch):
-    seen: list[enc.Packing] = []
-    real_nested = enc.PACKED_ATTENTION["nested"]
+    seen: list[att.Packing] = []
+    real_nested = att.PACKED_ATTENTION["nested"]
 
     def spy(q, k, v, packing, dropout_p):
         seen.append(packing)
         return real_nested(q, k, v, packing, dropout_p)
 
-    monkeypatch.setitem(enc.PACKED_ATTENTION, "nested", spy)
+    monkeypatch.setitem(att.PACKED_ATTENTION, "nested", spy)
     model = tiny()
     features(model, batch_of(LENGTHS), "nested")
     assert len(seen) == model.cfg.encoder_layers and all(p is seen[0] for p in seen)
@@ -142,34 +144,33 @@ def test_one_packing_per_batch_is_shared_by_every_layer(monkeypatch):
 def test_packed_strategies_train(monkeypatch, strategy):
     """Gradients flow through the nested path (with SDPA's dropout) and the varlen path (no
     attention dropout: the kernel has none) and equal the masked path's without dropout."""
-    monkeypatch.setattr(enc, "varlen_kernel", lambda: reference_varlen([]))
+    monkeypatch.setattr(att, "varlen_kernel", lambda: reference_varlen([]))
     tokens = batch_of([10, 2, 6, 1])
     grads = {}
     for name in (strategy, "masked"):
         model = tiny(dropout=0.0, attention_dropout=0.0).train()
-        with enc.attention_strategy(name):
+        with use_attention(model, name):
             logits, _ = model(tokens)
         logits[tokens.ne(PAD)].logsumexp(-1).sum().backward()
         grads[name] = model.encoder.sentence_encoder.layers[0].self_attn.q_proj.weight.grad
     torch.testing.assert_close(grads[strategy], grads["masked"], atol=1e-4, rtol=1e-4)
     if strategy == "nested":  # with attention dropout too
         model = tiny(attention_dropout=0.1).train()
-        with enc.attention_strategy("nested"):
+        with use_attention(model, "nested"):
             model(tokens)[0].sum().backward()
         assert model.encoder.sentence_encoder.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
 
 
 def test_varlen_refuses_attention_dropout_and_the_cpu():
-    model = tiny(attention_dropout=0.1).train()
-    with enc.attention_strategy("varlen"), pytest.raises(ValueError, match="no dropout"):
-        model(batch_of([5, 2]))
-    with enc.attention_strategy("varlen"), pytest.raises(ValueError, match="needs CUDA and fp16/bf16"):
-        tiny().to(torch.bfloat16)(batch_of([5, 2]))
+    with pytest.raises(ValueError, match="no dropout"):
+        tiny(attention_dropout=0.1, attention="varlen").train()(batch_of([5, 2]))
+    with pytest.raises(ValueError, match="needs CUDA and fp16/bf16"):
+        tiny(attention="varlen").to(torch.bfloat16)(batch_of([5, 2]))
 
 
 def test_auto_chooses_per_sequence_on_cpu_varlen_on_cuda_half_without_dropout(monkeypatch):
-    monkeypatch.setattr(enc, "_has_varlen", lambda: True)
-    packing = enc.Packing.from_padding_mask(torch.tensor([[False, True], [False, False]]))
+    monkeypatch.setattr(att, "_has_varlen", lambda: True)
+    packing = att.Packing.from_padding_mask(torch.tensor([[False, True], [False, False]]))
 
     def q(*, cuda: bool, dtype: torch.dtype = torch.bfloat16, head_dim: int = 64):
         return SimpleNamespace(is_cuda=cuda, dtype=dtype, shape=(3, 2, head_dim))
@@ -180,29 +181,79 @@ def test_auto_chooses_per_sequence_on_cpu_varlen_on_cuda_half_without_dropout(mo
     assert packing.attention_for(q(cuda=True, dtype=torch.float32), 0.0) == "padded"
     assert packing.attention_for(q(cuda=True), 0.1) == "padded"  # training with attention dropout
     assert packing.attention_for(q(cuda=True, head_dim=12), 0.0) == "padded"
-    forced = enc.Packing.from_padding_mask(packing.padding_mask, "nested")
+    forced = att.Packing.from_padding_mask(packing.padding_mask, "nested")
     assert forced.attention_for(q(cuda=True), 0.0) == "nested"
 
 
 def test_masked_strategy_never_packs_and_a_full_batch_is_never_packed(monkeypatch):
-    monkeypatch.setattr(enc.Packing, "from_padding_mask", None)  # any packing would fail
+    monkeypatch.setattr(att.Packing, "from_padding_mask", None)  # any packing would fail
     model = tiny()
     features(model, batch_of(LENGTHS), "masked")
-    for strategy in enc.ATTENTION_STRATEGIES:
+    tiny(attention="masked")(batch_of(LENGTHS))  # chosen by the config
+    for strategy in att.ATTENTION_STRATEGIES:
         features(model, batch_of([5, 5]), strategy)
 
 
-def test_strategy_from_the_environment(monkeypatch):
-    monkeypatch.setenv(enc.ATTENTION_ENV, "nested")
-    assert enc.get_attention() == "nested"
-    with enc.attention_strategy("padded"):
-        assert enc.get_attention() == "padded"
-    assert enc.get_attention() == "nested"
-    monkeypatch.setenv(enc.ATTENTION_ENV, "flash")
-    with pytest.raises(ValueError, match="ROBERTA_EXT_ATTENTION='flash' is not an attention strategy"):
-        enc.get_attention()
+def strategies_taken(model: RobertaModel) -> list[str]:
+    """The strategy each forward of ``model`` over a padded batch resolved (one per forward)."""
+    taken: list[str] = []
+    packing_for = att.packing_for
+
+    def spy(strategy: str, padding_mask: torch.Tensor) -> att.Packing | None:
+        taken.append(strategy)
+        return packing_for(strategy, padding_mask)
+
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
+        patch.setattr("roberta_ext.modeling.encoder.packing_for", spy)
+        model(batch_of(LENGTHS))
+    return taken
+
+
+def test_the_strategy_is_each_models_own():
+    chosen, other = tiny(attention="nested"), tiny()
+    assert strategies_taken(chosen) == ["nested"]
+    assert strategies_taken(other) == ["auto"]
+    with use_attention(other, "padded"):
+        assert strategies_taken(other) == ["padded"]
+        assert strategies_taken(chosen) == ["nested"]  # untouched by the other's choice
+    assert strategies_taken(other) == ["auto"]
+    assert chosen.set_attention("per_sequence") == "nested"
+    assert strategies_taken(chosen) == ["per_sequence"]
+    assert chosen.cfg.attention == "nested"  # the config (which other models may share) is left alone
+
+
+def test_set_attention_reaches_every_encoder_of_the_model():
+    model = tiny()
+    model.add_module("generator", tiny())  # a second encoder inside the model, as ELECTRA's generator
+    encoders = [model.encoder.sentence_encoder, model.generator.encoder.sentence_encoder]
+    with use_attention(model, "masked"):
+        assert [e.attention for e in encoders] == ["masked", "masked"]
+    assert [e.attention for e in encoders] == [None, None]
     with pytest.raises(ValueError, match="'flash' is not an attention strategy"):
-        enc.set_attention("flash")
+        model.set_attention("flash")
+    assert [e.attention for e in encoders] == [None, None]  # a refused name changes nothing
+
+
+def test_the_environment_is_the_default_of_a_model_that_has_not_chosen(monkeypatch):
+    model, chosen = tiny(), tiny(attention="masked")
+    monkeypatch.setenv(att.ATTENTION_ENV, "nested")
+    assert att.default_attention() == "nested"
+    assert strategies_taken(model) == ["nested"]  # read at the forward: built before it was set
+    assert strategies_taken(chosen) == ["masked"]  # the model's own choice wins
+    with use_attention(model, "padded"):
+        assert strategies_taken(model) == ["padded"]
+    monkeypatch.setenv(att.ATTENTION_ENV, "flash")
+    with pytest.raises(ValueError, match="ROBERTA_EXT_ATTENTION='flash' is not an attention strategy"):
+        model(batch_of(LENGTHS))
+
+
+def test_unknown_strategies_are_refused_where_they_are_chosen():
+    with pytest.raises(ValueError, match="attention='flash' is not an attention strategy"):
+        tiny_config(attention="flash")
+    with pytest.raises(ValueError, match="'flash' is not an attention strategy"):
+        tiny().set_attention("flash")
+    with pytest.raises(ValueError, match="'flash' is not an attention strategy"), use_attention(tiny(), "flash"):
+        pass
 
 
 @pytest.mark.skipif(not CUDA, reason="the varlen flash kernel needs a CUDA device")
@@ -212,15 +263,15 @@ def test_cuda_kernels_equal_the_masked_path(monkeypatch, strategy, dtype):
     """On a GPU: the real varlen kernel (and nested tensors' SDPA) against the masked path, at a
     head size flash takes (64), on a batch large enough that ``auto`` packs."""
     calls = []
-    kernel = enc.varlen_kernel
+    kernel = att.varlen_kernel
 
     def counted():
         calls.append(1)
         return kernel()
 
-    monkeypatch.setattr(enc, "varlen_kernel", counted)
+    monkeypatch.setattr(att, "varlen_kernel", counted)
     torch.manual_seed(0)
-    cfg = EncoderConfig.preset("tiny", encoder_embed_dim=128, encoder_attention_heads=2, encoder_ffn_embed_dim=256)
+    cfg = tiny_config(encoder_embed_dim=128, encoder_attention_heads=2, encoder_ffn_embed_dim=256)
     model = RobertaModel(cfg).eval().to("cuda", dtype)
     lengths = [64, 1, 9, 64, 33] * 30  # 150 x 64 = 9600 slots: above CUDA_PACKING_MIN_SLOTS
     tokens = batch_of(lengths).cuda()

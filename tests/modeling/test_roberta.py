@@ -9,15 +9,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from roberta_ext.modeling import EncoderConfig, RobertaModel
+from roberta_ext.modeling import EncoderConfig, RobertaModel, use_attention
+from roberta_ext.modeling.attention import PACKING_MIN_PADDING
 from roberta_ext.modeling.encoder import make_positions
+from tests.modeling import tiny_config
 
 PAD = 1
 
 
 def tiny(**overrides) -> RobertaModel:
     torch.manual_seed(0)
-    return RobertaModel(EncoderConfig.preset("tiny", **overrides)).eval()
+    return RobertaModel(tiny_config(**overrides)).eval()
 
 
 def random_tokens(lengths: list[int], vocab: int = 64) -> torch.Tensor:
@@ -54,7 +56,7 @@ def test_left_padding_gives_the_same_features_as_right_padding():
 def test_positions_start_after_padding_index_and_skip_padding():
     tokens = torch.tensor([[0, 7, 2, PAD], [PAD, 0, 7, 2]])
     assert make_positions(tokens, PAD).tolist() == [[2, 3, 4, 1], [1, 2, 3, 4]]
-    assert EncoderConfig.preset("base").num_position_embeddings == 514
+    assert EncoderConfig().num_position_embeddings == 514  # RoBERTa-base's 512 positions
 
 
 def reference_layer(layer, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
@@ -156,16 +158,13 @@ def test_classification_head_reads_the_first_token():
 )
 def test_bad_configs_are_refused_with_the_field_named(bad, message):
     with pytest.raises(ValueError, match=message):
-        EncoderConfig.preset("tiny", **bad)
+        tiny_config(**bad)
 
 
-def test_presets_and_fairseq_options():
-    large = EncoderConfig.preset("large")
-    assert (large.encoder_layers, large.encoder_embed_dim, large.encoder_attention_heads) == (24, 1024, 16)
-    cfg = EncoderConfig.from_fairseq({"arch": "roberta_base", "untie_weights_roberta": True, "unknown": 1})
-    assert cfg.untie_weights and cfg.encoder_layers == 12
-    with pytest.raises(ValueError, match="unknown preset"):
-        EncoderConfig.preset("huge")
+def test_the_config_is_a_plain_record_that_knows_no_family():
+    """Families are checked where they are used (``roberta_ext.families.get_family``); the
+    config only holds the name."""
+    assert tiny_config(family="not-a-family").family == "not-a-family"
 
 
 def test_register_head_rejects_bad_arguments():
@@ -182,16 +181,14 @@ def test_packed_path_equals_masked_path_on_real_tokens(pre_ln, strategy):
     """Batches with enough padding skip it (tokens packed; attention per sequence on CPU, padded
     back for one masked call on CUDA); the result on real tokens must equal the masked full-batch
     computation, hidden states included."""
-    from roberta_ext.modeling import encoder
-
     model = tiny(encoder_normalize_before=pre_ln)
     batch = random_tokens([12, 3, 7, 12, 5])
     real = batch.ne(PAD)
-    assert real.float().mean() < 1 - encoder.PACKING_MIN_PADDING  # packs by default
+    assert real.float().mean() < 1 - PACKING_MIN_PADDING  # packs by default
     with torch.no_grad():
-        with encoder.attention_strategy(strategy):
+        with use_attention(model, strategy):
             packed, extra_p = model(batch, features_only=True, return_all_hiddens=True)
-        with encoder.attention_strategy("masked"):  # never pack
+        with use_attention(model, "masked"):  # never pack
             masked, extra_m = model(batch, features_only=True, return_all_hiddens=True)
     torch.testing.assert_close(packed[real], masked[real], atol=1e-5, rtol=1e-5)
     for hp, hm in zip(extra_p["inner_states"], extra_m["inner_states"], strict=True):
@@ -201,12 +198,10 @@ def test_packed_path_equals_masked_path_on_real_tokens(pre_ln, strategy):
 
 @pytest.mark.parametrize("strategy", ["per_sequence", "padded"])
 def test_packed_path_trains(strategy):
-    from roberta_ext.modeling import encoder
-
     model = tiny()
     model.train()
     batch = random_tokens([10, 2, 6])
-    with encoder.attention_strategy(strategy):
+    with use_attention(model, strategy):
         logits, _ = model(batch)
     logits[batch.ne(PAD)].logsumexp(-1).sum().backward()
     grad = model.encoder.sentence_encoder.layers[0].self_attn.q_proj.weight.grad

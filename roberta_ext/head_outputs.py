@@ -1,0 +1,198 @@
+"""What a model's heads say about text: class scores, multiple-choice scores, word tags and
+mask fillings, each over a model and its :class:`~roberta_ext.inputs.ModelInputs`.
+
+The hub's ``predict``, ``score_choices``, ``tag`` and ``fill_mask`` are these functions with the
+hub's own model and inputs; the server and the command line call them the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from .inputs import ModelInputs, extract_features
+
+__all__ = ["classify", "fill_mask", "replaced_token_probs", "score_choices", "tag"]
+
+
+def classify(
+    model: Any, inputs: ModelInputs, head: str, tokens: torch.Tensor, *, return_logits: bool = False
+) -> torch.Tensor:
+    """Log-probabilities ``(B, num_classes)`` (or logits) of the classification head ``head``
+    for encoded rows ``(T,)`` or ``(B, T)``.
+
+    >>> classify(hub.model, hub.inputs, "mnli", hub.encode("A man sleeps.", "A man is awake."))  # doctest: +SKIP
+    tensor([[-0.0459, -3.5810, -4.4120]])
+    """
+    if head not in model.classification_heads:
+        raise KeyError(f"no classification head named {head!r}; registered heads: {sorted(model.classification_heads)}")
+    logits = model.classify(head, extract_features(model, inputs, tokens))
+    return logits if return_logits else F.log_softmax(logits, dim=-1)
+
+
+ChoiceLayout = Literal["multiple_choice", "commonsense_qa"]
+
+
+def choice_rows(
+    inputs: ModelInputs,
+    context: str,
+    choices: Sequence[str],
+    *,
+    layout: ChoiceLayout = "multiple_choice",
+    max_choice_length: int | None = None,
+    truncate: bool = False,
+) -> list[list[int]]:
+    """One row of indices per choice, as the multiple-choice fine-tuning tasks build them (see
+    :func:`score_choices`)."""
+    bos, eos = inputs.dictionary.bos(), inputs.dictionary.eos()
+    if layout == "commonsense_qa":
+        rows = [inputs.encode(context, choice, no_separator=True) for choice in choices]
+    elif layout == "multiple_choice":
+        # As sentence_ranking: --init-token before the choice, the choice cut to
+        # --max-option-length, then --separator-token and the context, which already ends in </s>.
+        separator = inputs.layout.separator(eos)[1:]  # the choice brings its own </s>
+        context_ids = inputs.tokenizer.encode(context)
+        rows = [
+            [bos, *inputs.tokenizer.encode(choice), eos][:max_choice_length] + separator + context_ids + [eos]
+            for choice in choices
+        ]
+    else:
+        raise ValueError(f"layout must be 'multiple_choice' or 'commonsense_qa', got {layout!r}")
+    return [row[: inputs.max_positions] for row in rows] if truncate else rows
+
+
+@torch.no_grad()
+def score_choices(
+    model: Any,
+    inputs: ModelInputs,
+    context: str,
+    choices: Sequence[str],
+    head: str = "sentence_classification_head",
+    *,
+    layout: ChoiceLayout = "multiple_choice",
+    max_choice_length: int | None = None,
+    truncate: bool = False,
+) -> torch.Tensor:
+    """The logits ``(N,)`` of the one-output head ``head`` for each of the N ``choices``, in one
+    batched pass without gradients; ``.argmax()`` is the predicted choice and ``.softmax(-1)`` the
+    probabilities the multiple-choice loss trains.
+
+    Each candidate is encoded as the fine-tuning task built it. ``layout="multiple_choice"``
+    (``--task roberta_ext_multiple_choice``, fairseq's ``sentence_ranking``: RACE, SWAG): the
+    choice first, then the context, ``<s> choice </s> </s> context </s>`` (the family's
+    separator); ``max_choice_length`` is the task's ``--max-option-length`` (``<s>`` and ``</s>``
+    of the choice included) and ``truncate=True`` its ``--shorten-method truncate`` at the model's
+    maximum. ``layout="commonsense_qa"`` (``--task roberta_ext_commonsense_qa``): the context
+    first, one ``</s>`` between, ``<s> Q: question </s> A: choice </s>`` — the caller writes the
+    ``Q: ``/``A: `` prefixes; the result equals fairseq's CommonsenseQA snippet
+    (``predict(head, encode('Q: ' + stem, 'A: ' + text, no_separator=True), return_logits=True)``
+    per choice), in one pass instead of N.
+
+    >>> score_choices(hub.model, hub.inputs, "The sun is hot.", ["Is it hot? yes", "Is it hot? no"])  # doctest: +SKIP
+    tensor([ 2.1034, -1.8870])
+    """
+    if head not in model.classification_heads:
+        raise KeyError(f"no classification head named {head!r}; registered heads: {sorted(model.classification_heads)}")
+    outputs = model.classification_heads[head].num_classes
+    if outputs != 1:
+        raise ValueError(
+            f"score_choices needs a head with one output (the multiple-choice tasks register num_classes=1); "
+            f"{head!r} has {outputs}"
+        )
+    if not choices:
+        raise ValueError("score_choices needs at least one choice")
+    rows = choice_rows(inputs, context, choices, layout=layout, max_choice_length=max_choice_length, truncate=truncate)
+    tokens, _ = inputs.collate(rows)  # (N, T)
+    return classify(model, inputs, head, tokens, return_logits=True)[:, 0]
+
+
+def tag(
+    model: Any, inputs: ModelInputs, labels: Sequence[str] | None, sentence: str, head: str = "tagger"
+) -> list[tuple[str, str, float]]:
+    """Label every word of ``sentence`` with the token head ``head``: ``[(word, label,
+    probability), ...]``. Words are split on whitespace and each is labelled by its first
+    sub-word (:meth:`~roberta_ext.inputs.ModelInputs.encode_words`), as the tagging
+    fine-tuning task trains it; ``labels`` names the head's classes.
+
+    >>> tag(hub.model, hub.inputs, hub.labels, "Ada Lovelace was born in London")  # doctest: +SKIP
+    [('Ada', 'B-PER', 0.98), ('Lovelace', 'I-PER', 0.97), ('was', 'O', 0.99), ...]
+    """
+    if head not in model.token_heads:
+        raise KeyError(f"no token head named {head!r}; registered token heads: {sorted(model.token_heads)}")
+    if labels is None:
+        raise ValueError("no label names: load with data_name_or_path pointing at a folder with label/dict.txt")
+    words = sentence.split()
+    if not words:
+        return []
+    ids, firsts = inputs.encode_words(words)
+    if len(ids) > inputs.max_positions:
+        raise ValueError(f"sentence is {len(ids)} tokens long, more than the model's {inputs.max_positions}")
+    device = next(model.parameters()).device
+    tokens = torch.tensor([ids], device=device)
+    with torch.no_grad():
+        logits, _ = model(tokens, token_head_name=head, segment_labels=inputs.segment_labels(tokens))
+    probs, best = logits[0, firsts].float().softmax(dim=-1).max(dim=-1)
+    return [(word, labels[k], p) for word, k, p in zip(words, best.tolist(), probs.tolist())]
+
+
+def fill_mask(
+    model: Any, inputs: ModelInputs, masked_input: str, *, mask: str, topk: int = 5
+) -> list[tuple[str, float, str]]:
+    """The ``topk`` fillings of the single ``mask`` in ``masked_input``, as ``(filled sentence,
+    probability, token)``, most probable first; every probability paired with its own token
+    (fairseq's hub drops special symbols from the list and then mis-pairs the rest).
+
+    >>> fill_mask(hub.model, hub.inputs, "Star wars came out in <mask>", mask="<mask>", topk=1)  # doctest: +SKIP
+    [('Star wars came out in 1977', 0.95, ' 1977')]
+    """
+    if not model.has_lm_head:
+        raise ValueError("this checkpoint has no masked-LM head (it was saved without one), so it cannot fill masks")
+    if masked_input.count(mask) != 1:
+        count = masked_input.count(mask)
+        raise ValueError(f"fill_mask needs exactly one {mask} in its input, got {count}: {masked_input!r}")
+    dictionary = inputs.dictionary
+    mask_index = dictionary.index(mask)
+    # Each side is encoded with trailing spaces stripped: the space before <mask> belongs
+    # to the predicted token (" 1977"), exactly as fairseq does it.
+    left, right = (inputs.tokenizer.encode(span.rstrip()) for span in masked_input.split(mask))
+    ids = [dictionary.bos(), *left, mask_index, *right, dictionary.eos()]
+    if len(ids) > inputs.max_positions:
+        raise ValueError(f"tokens exceeds maximum length: {len(ids)} > {inputs.max_positions}")
+    device = next(model.parameters()).device
+    tokens = torch.tensor([ids], dtype=torch.long, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits, _ = model(tokens, masked_tokens=tokens.eq(mask_index))  # (1, V)
+    finally:
+        model.train(was_training)
+    probs, indices = logits[0].softmax(dim=-1).topk(k=topk)
+    target = f" {mask}" if f" {mask}" in masked_input else mask
+    results = []
+    for prob, index in zip(probs.tolist(), indices.tolist()):
+        predicted = inputs.tokenizer.token_text(index)
+        results.append((masked_input.replace(target, predicted), prob, predicted))
+    return results
+
+
+def replaced_token_probs(model: Any, inputs: ModelInputs, tokens: torch.Tensor) -> list[tuple[str, float]]:
+    """ELECTRA's "real or fake" for one encoded row ``(T,)``: each token's text and the
+    discriminator's probability that it was replaced, ``<s>``/``</s>`` left out.
+
+    >>> replaced_token_probs(electra.model, electra.inputs, electra.encode("the chef ate the meal"))  # doctest: +SKIP
+    [(' the', 0.01), (' chef', 0.02), (' ate', 0.91), (' the', 0.01), (' meal', 0.03)]
+    """
+    from .families.electra import replaced_token_probs as discriminate
+
+    if tokens.dim() != 1:
+        raise ValueError(f"replaced_token_probs takes one sentence, got tokens of shape {tuple(tokens.shape)}")
+    tokens = tokens.to(next(model.parameters()).device)
+    with torch.no_grad():
+        probs = discriminate(model, tokens[None], inputs.segment_labels(tokens[None]))[0]
+    dictionary = inputs.dictionary
+    specials = {dictionary.bos(), dictionary.eos(), dictionary.pad()}
+    return [(inputs.tokenizer.token_text(i), p) for i, p in zip(tokens.tolist(), probs.tolist()) if i not in specials]

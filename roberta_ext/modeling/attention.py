@@ -1,0 +1,339 @@
+"""How the encoder attends over a batch with padding: the attention strategies, and the packed
+layout (:class:`Packing`) that all but ``masked`` share.
+
+Each model chooses its own strategy — ``EncoderConfig.attention`` when it is built,
+``model.set_attention(name)`` or :func:`use_attention` afterwards — and a model that has not
+chosen reads ``$ROBERTA_EXT_ATTENTION`` (else ``auto``). Nothing here is process-wide state:
+two models in one process attend as each was told, and a test cannot leak its choice into the
+next one.
+
+>>> import torch
+>>> packing = packing_for("auto", torch.tensor([[False, False, True, True], [False, False, False, False]]))
+>>> packing.seq_lens            # a quarter of the batch is padding: the layers see 6 tokens, not 8
+[2, 4]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache, cached_property
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from .dropout import attention
+
+ATTENTION_STRATEGIES = ("auto", "masked", "padded", "per_sequence", "nested", "varlen")
+"""How the encoder attends over a batch with padding:
+
+* ``masked``: no packing; every layer runs on the padded (B, T) batch, padded keys masked out;
+* ``padded``: the layers run on the real tokens packed back to back (N, C); the attention gets
+  its padding back for one masked SDPA call over the batch (:func:`padded_attention`);
+* ``per_sequence``: packed; one SDPA call per sequence (:func:`per_sequence_attention`);
+* ``nested``: packed; one SDPA call over a nested jagged tensor (:func:`nested_attention`);
+* ``varlen``: packed; torch's variable-length flash kernel (:func:`varlen_attention`; CUDA,
+  fp16/bf16, no attention dropout);
+* ``auto`` (the default): :func:`should_pack` decides whether to pack, and each attention call
+  takes ``per_sequence`` on the CPU, ``varlen`` on CUDA in fp16/bf16 without attention dropout,
+  else ``padded``.
+
+A batch without padding always runs unpacked and unmasked. The benchmarks compare them
+(``benchmarks/run.py``, section ``paths``)."""
+
+ATTENTION_ENV = "ROBERTA_EXT_ATTENTION"
+"""Environment variable naming one of :data:`ATTENTION_STRATEGIES`: the strategy of every model
+that has not chosen one (``EncoderConfig.attention`` is None and ``set_attention`` was not
+called). Read at each forward, so that it also reaches models built before it was set."""
+
+PACKED_STRATEGIES = ("padded", "per_sequence", "nested", "varlen")
+"""The strategies that run the layers on packed tokens (see :class:`Packing`)."""
+
+
+def checked_strategy(strategy: str, source: str = "attention strategy") -> str:
+    """``strategy`` if it is one of :data:`ATTENTION_STRATEGIES`; a ``ValueError`` naming
+    ``source`` and the choices otherwise.
+
+    >>> checked_strategy("flash")
+    Traceback (most recent call last):
+    ...
+    ValueError: attention strategy='flash' is not an attention strategy; choose one of ('auto', ...)
+    """
+    if strategy not in ATTENTION_STRATEGIES:
+        raise ValueError(f"{source}={strategy!r} is not an attention strategy; choose one of {ATTENTION_STRATEGIES}")
+    return strategy
+
+
+def default_attention() -> str:
+    """The strategy of a model that has not chosen one: ``$ROBERTA_EXT_ATTENTION``, else ``auto``.
+
+    >>> default_attention()
+    'auto'
+    """
+    return checked_strategy(os.environ.get(ATTENTION_ENV) or "auto", ATTENTION_ENV)
+
+
+class ChoosesAttention(Protocol):
+    """A model (or encoder) whose strategy can be set: ``set_attention`` returns the choice it
+    replaces (None: the model had not chosen)."""
+
+    def set_attention(self, strategy: str | None) -> str | None: ...
+
+
+@contextmanager
+def use_attention(model: ChoosesAttention, strategy: str | None) -> Iterator[None]:
+    """``model.set_attention(strategy)`` for a ``with`` block: the model's previous choice comes
+    back when the block ends, and no other model is touched.
+
+    >>> from roberta_ext.modeling import EncoderConfig, RobertaModel
+    >>> model = RobertaModel(EncoderConfig(encoder_layers=1, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
+    ...                                    encoder_attention_heads=4, vocab_size=64, max_positions=64))
+    >>> with use_attention(model, "masked"):
+    ...     model.encoder.sentence_encoder.attention
+    'masked'
+    >>> model.encoder.sentence_encoder.attention is None
+    True
+    """
+    previous = model.set_attention(strategy)
+    try:
+        yield
+    finally:
+        model.set_attention(previous)
+
+
+# ----------------------------------------------------------------------------- the packed layout
+
+PACKING_MIN_PADDING = 0.1
+"""Share of padding in a batch from which ``auto`` drops padding before the layers: below it,
+one batched attention call beats a call per sequence."""
+
+CUDA_PACKING_MIN_SLOTS = 8192
+"""On a GPU, ``auto`` does not pack batches of fewer (B x T) positions: small batches are bound
+by kernel launches, not FLOPs, and packing adds launches. Measured at base shape in fp32 on an
+H100: an 8 x 128 batch (1024 slots) with 44% padding took 10.9 ms packed against 7.2 ms
+unpacked; a 64 x 512 batch (32768 slots) with 49% padding 88 ms packed against 143 ms for a
+full batch of that shape. Measured with :func:`padded_attention`; whether the varlen kernel
+(bf16) moves this threshold is left to the GPU measurement of issue 14."""
+
+
+def should_pack(padding_mask: torch.Tensor) -> bool:
+    """Whether ``auto`` runs the layers on the real tokens only (see :class:`Packing`).
+
+    >>> should_pack(torch.tensor([[False, False, True, True]]))   # half padding, on the CPU
+    True
+    """
+    if padding_mask.is_cuda and padding_mask.numel() < CUDA_PACKING_MIN_SLOTS:
+        return False
+    return float(padding_mask.float().mean()) >= PACKING_MIN_PADDING
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def varlen_suits(q: torch.Tensor, dropout_p: float) -> bool:
+    """Whether torch's variable-length flash kernel takes these packed (N, H, D) queries: CUDA,
+    fp16 or bf16 (under autocast too: the projections' output dtype), no attention dropout (the
+    kernel has none), a head size flash supports (a multiple of 8, at most 256).
+
+    >>> varlen_suits(torch.zeros(4, 2, 64), 0.0)    # the CPU
+    False
+    """
+    head_dim = q.shape[-1]
+    return (
+        q.is_cuda and q.dtype in _HALF and dropout_p == 0.0 and head_dim % 8 == 0 and head_dim <= 256 and _has_varlen()
+    )
+
+
+@cache
+def _has_varlen() -> bool:
+    """Whether this torch has ``torch.nn.attention.varlen`` (torch 2.13 has), without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch.nn.attention.varlen") is not None
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where the real tokens of a padded (B, T) batch lie once packed back to back into (N, ...):
+    row b's real tokens, in order, are the b-th run (left or right padding alike). Computed once
+    per batch and shared by every layer.
+
+    >>> packing = Packing.from_padding_mask(torch.tensor([[False, False, True], [True, False, False]]))
+    >>> packing.seq_lens, packing.cu_seqlens.tolist(), packing.max_len
+    ([2, 2], [0, 2, 4], 2)
+    """
+
+    padding_mask: torch.Tensor  # (B, T), True on padding
+    keep: torch.Tensor  # (N,) positions of the real tokens in the flattened (B * T)
+    lengths: torch.Tensor  # (B,) the runs' lengths, on the batch's device
+    seq_lens: list[int]  # the same, on the host
+    max_len: int  # the longest run
+    strategy: str = "auto"  # one of PACKED_STRATEGIES, or "auto": chosen per attention call
+
+    @classmethod
+    def from_padding_mask(cls, padding_mask: torch.Tensor, strategy: str = "auto") -> Packing:
+        real = ~padding_mask
+        lengths = real.sum(dim=1)  # (B,)
+        seq_lens = lengths.tolist()
+        keep = real.flatten().nonzero().squeeze(1)
+        return cls(padding_mask, keep, lengths, seq_lens, max(seq_lens, default=0), strategy)
+
+    @cached_property
+    def cu_seqlens(self) -> torch.Tensor:
+        """(B + 1,) int32 on the batch's device: run b is ``packed[cu[b]:cu[b + 1]]`` (the varlen
+        kernel's cumulative sequence lengths). Computed on first use, once per batch: the CPU's
+        per-sequence attention does without it."""
+        return F.pad(self.lengths.cumsum(0, dtype=torch.int32), (1, 0))
+
+    @cached_property
+    def offsets(self) -> torch.Tensor:
+        """``cu_seqlens`` as int64: the offsets of a nested jagged tensor. One tensor per batch,
+        so that every layer's nested tensors share one ragged dimension."""
+        return self.cu_seqlens.long()
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...), the real tokens only."""
+        return x.flatten(0, 1).index_select(0, self.keep)
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at padding."""
+        batch, length = self.padding_mask.shape
+        out = packed.new_zeros(batch * length, *packed.shape[1:]).index_copy(0, self.keep, packed)
+        return out.view(batch, length, *packed.shape[1:])
+
+    def attention_for(self, q: torch.Tensor, dropout_p: float) -> str:
+        """The packed strategy for one attention call over packed queries ``q`` (N, H, D): the
+        chosen one, or under ``auto`` one call per sequence on the CPU (whose fused kernel takes
+        dense inputs and costs little per call), the varlen flash kernel on CUDA where it applies
+        (:func:`varlen_suits`), else the padding restored for one masked call (on a GPU a call per
+        sequence is a kernel launch per sequence and layer: slower than attending over padding)."""
+        if self.strategy != "auto":
+            return self.strategy
+        if not q.is_cuda:
+            return "per_sequence"
+        return "varlen" if varlen_suits(q, dropout_p) else "padded"
+
+
+def packing_for(strategy: str, padding_mask: torch.Tensor) -> Packing | None:
+    """The packing of a batch with padding (``padding_mask`` (B, T), True on padding) under
+    ``strategy``, or None where the layers run on the padded batch with padded keys masked out
+    (``masked``, and ``auto`` below :data:`PACKING_MIN_PADDING` or on a small GPU batch)."""
+    if strategy in PACKED_STRATEGIES or (strategy == "auto" and should_pack(padding_mask)):
+        return Packing.from_padding_mask(padding_mask, strategy)
+    return None
+
+
+# ----------------------------------------------------------------------------- packed attention
+
+
+def per_sequence_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+) -> torch.Tensor:
+    """Packed (N, H, D) queries, keys and values -> (N, H, D), one SDPA call per sequence."""
+    # A leading batch dimension of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
+    return torch.cat(
+        [
+            attention(
+                qs.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], dropout_p=dropout_p
+            )[0].transpose(0, 1)  # (L, H, D)
+            for qs, ks, vs in zip(q.split(packing.seq_lens), k.split(packing.seq_lens), v.split(packing.seq_lens))
+        ]
+    )
+
+
+def padded_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+) -> torch.Tensor:
+    """Packed (N, H, D) -> (N, H, D) in one SDPA call over the batch, padded back to (B, H, T, D)
+    with padded keys masked out."""
+
+    def padded(t: torch.Tensor) -> torch.Tensor:
+        return packing.unpack(t).transpose(1, 2)  # (B, H, T, D)
+
+    attn_mask = ~packing.padding_mask[:, None, None, :]  # (B, 1, 1, T), True where a key may be attended
+    out = attention(padded(q), padded(k), padded(v), attn_mask, dropout_p)
+    return packing.pack(out.transpose(1, 2))
+
+
+def nested_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+) -> torch.Tensor:
+    """Packed (N, H, D) -> (N, H, D) in one SDPA call over nested jagged tensors (B, H, j, D):
+    the packed tensors are their values as they are, ``packing.offsets`` their offsets. On CUDA
+    SDPA takes its flash or memory-efficient kernel; on the CPU it attends sequence by sequence
+    in Python (several times slower than :func:`per_sequence_attention`). Dropout is
+    ``F.scaled_dot_product_attention``'s own."""
+
+    def nested(t: torch.Tensor) -> torch.Tensor:  # (N, H, D) -> (B, H, j, D)
+        jagged = torch.nested.nested_tensor_from_jagged(
+            t, packing.offsets, min_seqlen=min(packing.seq_lens), max_seqlen=packing.max_len
+        )
+        return jagged.transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p)
+    return out.transpose(1, 2).values()  # (N, H, D)
+
+
+def varlen_kernel() -> Callable[..., Any]:
+    """torch's ``torch.nn.attention.varlen.varlen_attn`` (flash attention over packed sequences),
+    imported on first use: importing it imports ``torch._dynamo``, over a second."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return varlen_attn
+
+
+def varlen_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+) -> torch.Tensor:
+    """Packed (N, H, D) -> (N, H, D) by torch's variable-length flash kernel, which takes the packed
+    tensors as they are with ``packing.cu_seqlens`` and ``packing.max_len``: no padding anywhere.
+    CUDA, fp16/bf16 and no attention dropout only (:func:`varlen_suits`)."""
+    if dropout_p:
+        raise ValueError(
+            f"the varlen attention kernel has no dropout, but attention dropout is {dropout_p} in training: "
+            "use --attention-dropout 0, or another attention strategy"
+        )
+    kernel = varlen_kernel()
+    cu, longest = packing.cu_seqlens, packing.max_len
+    try:
+        return kernel(q, k, v, cu, cu, longest, longest, scale=q.shape[-1] ** -0.5)
+    except (NotImplementedError, RuntimeError) as error:
+        raise ValueError(
+            f"varlen attention runs torch's flash kernel, which needs CUDA and fp16/bf16 inputs with a head size "
+            f"that is a multiple of 8 up to 256; got {q.device.type}, {q.dtype}, head size {q.shape[-1]} ({error})"
+        ) from error
+
+
+PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {
+    "padded": padded_attention,
+    "per_sequence": per_sequence_attention,
+    "nested": nested_attention,
+    "varlen": varlen_attention,
+}
+"""Packed strategy -> ``f(q, k, v, packing, dropout_p)``, (N, H, D) in and out."""
+
+
+__all__ = [
+    "ATTENTION_ENV",
+    "ATTENTION_STRATEGIES",
+    "CUDA_PACKING_MIN_SLOTS",
+    "PACKED_ATTENTION",
+    "PACKED_STRATEGIES",
+    "PACKING_MIN_PADDING",
+    "ChoosesAttention",
+    "Packing",
+    "checked_strategy",
+    "default_attention",
+    "nested_attention",
+    "packing_for",
+    "padded_attention",
+    "per_sequence_attention",
+    "should_pack",
+    "use_attention",
+    "varlen_attention",
+    "varlen_kernel",
+    "varlen_suits",
+]
