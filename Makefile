@@ -8,7 +8,8 @@ quickstart:      ## pretrain + fine-tune a small RoBERTa with fairseq-train --us
 test:            ## lint, types, the whole test suite and the docs build (installs fairseq, the peers and tools first)
 	scripts/bootstrap.sh full
 	$(MAKE) --no-print-directory lint
-	ROBERTA_EXT_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q --durations=15 tests  # a missing peer fails (tests/peers.py)
+	# a missing peer fails (tests/peers.py); two workers, a test file to a worker (tests/conftest.py: built_once)
+	ROBERTA_EXT_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadfile tests
 	.venv/bin/python -m mkdocs build --strict --quiet --site-dir build/site
 
 lint:            ## ruff (lint and format) and mypy, as configured in pyproject.toml

@@ -7,9 +7,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+import torch
+from filelock import FileLock
 
 from tests import peers
 from tests.bpe_fixtures import BpeFiles, build_bpe_files
@@ -30,8 +34,34 @@ BLOCK_SNIPPET = (
 )
 
 
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""``gw0``, ``gw1``, ... under pytest-xdist (``make test`` runs two workers), else None."""
+
+if WORKER is not None:
+    # One worker per core: two workers each spreading torch over both cores only thrash.
+    torch.set_num_threads(1)
+
+T = TypeVar("T")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{peers.MARKER}(module, reason): the test needs this peer (tests/peers.py)")
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], T]) -> T:
+    """``build(folder)`` run once per test run, even with several xdist workers: the first
+    worker to ask builds into a folder shared by the run's workers (under a file lock) and
+    leaves ``done`` there; the others wait for it and call ``build`` again only to read back
+    what is there — so ``build`` must return a value derived from the folder's files alone when
+    ``folder / "done"`` exists (every builder below does: it returns a manifest it reads)."""
+    if WORKER is None:
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent / f"shared-{name}"  # the run's, not the worker's
+    with FileLock(str(shared) + ".lock"):
+        shared.mkdir(exist_ok=True)
+        value = build(shared)
+        (shared / "done").touch()
+    return value
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -64,18 +94,7 @@ def fairseq_reference(tmp_path_factory) -> dict:
     where fairseq, omegaconf and hydra cannot be imported). See ``tests/fairseq_reference.py``.
     """
     peers.require_installed("fairseq", "the reference checkpoints are built by fairseq")
-    out = tmp_path_factory.mktemp("fairseq_reference")
-    module = "tests.fairseq_reference"
-    result = subprocess.run(
-        [sys.executable, "-m", module, str(out)], cwd=REPO, capture_output=True, text=True, timeout=600
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"building fairseq reference checkpoints failed:\n{result.stderr[-4000:]}")
-    run_without_fairseq(
-        f"import runpy, sys; sys.argv = [{module!r}, {str(out)!r}, '--impl', 'ours']; "
-        f"runpy.run_module({module!r}, run_name='__main__')"
-    )
-    return json.loads((out / "manifest.json").read_text())["models"]
+    return built_once(tmp_path_factory, "fairseq_reference", _reference_builder("tests.fairseq_reference"))["models"]
 
 
 @pytest.fixture(scope="session")
@@ -89,18 +108,27 @@ def xlmr_reference(tmp_path_factory) -> dict:
     ``outputs_fairseq.pt`` and ``outputs_ours.pt``. See ``tests/xlmr_reference.py``. About 70 s.
     """
     peers.require_installed("fairseq", "the XLM-R reference checkpoints are built by fairseq")
-    out = tmp_path_factory.mktemp("xlmr_reference")
-    module = "tests.xlmr_reference"
-    result = subprocess.run(
-        [sys.executable, "-m", module, str(out)], cwd=REPO, capture_output=True, text=True, timeout=600
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"building the XLM-R reference checkpoints failed:\n{result.stderr[-4000:]}")
-    run_without_fairseq(
-        f"import runpy, sys; sys.argv = [{module!r}, {str(out)!r}, '--impl', 'ours']; "
-        f"runpy.run_module({module!r}, run_name='__main__')"
-    )
-    return json.loads((out / "manifest.json").read_text())
+    return built_once(tmp_path_factory, "xlmr_reference", _reference_builder("tests.xlmr_reference"))
+
+
+def _reference_builder(module: str) -> Callable[[Path], dict]:
+    """Builds a reference folder with ``python -m module OUT`` (fairseq's outputs), then the same
+    module with ``--impl ours`` where fairseq cannot be imported; returns its manifest."""
+
+    def build(out: Path) -> dict:
+        if not (out / "done").exists():
+            result = subprocess.run(
+                [sys.executable, "-m", module, str(out)], cwd=REPO, capture_output=True, text=True, timeout=600
+            )
+            if result.returncode != 0:
+                raise RuntimeError(f"{module} failed:\n{result.stderr[-4000:]}")
+            run_without_fairseq(
+                f"import runpy, sys; sys.argv = [{module!r}, {str(out)!r}, '--impl', 'ours']; "
+                f"runpy.run_module({module!r}, run_name='__main__')"
+            )
+        return json.loads((out / "manifest.json").read_text())
+
+    return build
 
 
 QUICKSTART_SMALL = ["--pretrain-updates", "8", "--finetune-updates", "4"]
@@ -115,17 +143,22 @@ def quickstart_out(tmp_path_factory) -> Path:
     ``quickstart_out/`` folder (``pretrain/``, ``finetune/``, data), with the report it printed
     in ``report.txt``. About 45 s on 2 cores."""
     peers.require_installed("fairseq", "the quickstart trains with fairseq-train")
-    out = tmp_path_factory.mktemp("quickstart") / "quickstart_out"
-    result = subprocess.run(
-        [sys.executable, "-m", "roberta_ext", "quickstart", "--out", str(out), *QUICKSTART_SMALL],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    (out / "report.txt").write_text(result.stdout, encoding="utf-8")
-    return out
+
+    def build(folder: Path) -> Path:
+        out = folder / "quickstart_out"
+        if not (folder / "done").exists():
+            result = subprocess.run(
+                [sys.executable, "-m", "roberta_ext", "quickstart", "--out", str(out), *QUICKSTART_SMALL],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+            (out / "report.txt").write_text(result.stdout, encoding="utf-8")
+        return out
+
+    return built_once(tmp_path_factory, "quickstart", build)
 
 
 class RunsCode:

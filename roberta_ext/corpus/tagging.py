@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from .._io import atomic_directory
 from ..data.tagging import IGNORE_LABEL
+from ..inputs import word_pieces
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
 from .commands import positive_int, run_command
 from .reading import CorpusError, InputFile
@@ -207,18 +208,21 @@ def prepare_tagging(
                 open(text / f"{split}.input0", "w", encoding="utf-8") as tokens_out,
                 open(text / f"{split}.label", "w", encoding="utf-8") as labels_out,
             ):
+
+                def count_empty(word: str, *, first: bool) -> list[str]:
+                    pieces = writer.word_tokens(word, first=first)
+                    stats.words_without_tokens += not pieces
+                    return pieces
+
                 for sentence in tqdm(
                     sentences, desc=f"tokenize {split}", disable=log is None or not log.isatty(), file=sys.stderr
                 ):
-                    tokens: list[str] = []
-                    labels: list[str] = []
-                    for i, (word, label) in enumerate(zip(sentence.words, sentence.labels)):
-                        pieces = writer.word_tokens(word, first=i == 0)
-                        if not pieces:
-                            stats.words_without_tokens += 1
-                            pieces = [UNK]
-                        tokens.extend(pieces)
-                        labels.extend([label] + [IGNORE_LABEL] * (len(pieces) - 1))
+                    # A word is labelled at its first sub-word: the rule the hub's tag() predicts
+                    # by (ModelInputs.encode_words), from the same function.
+                    tokens, firsts = word_pieces(sentence.words, count_empty, UNK)
+                    labels = [IGNORE_LABEL] * len(tokens)
+                    for first, label in zip(firsts, sentence.labels):
+                        labels[first] = label
                     tokens_out.write(join_tokens(tokens, sentence.where) + "\n")
                     labels_out.write(" ".join(labels) + "\n")
                     stats.words += len(sentence.words)
