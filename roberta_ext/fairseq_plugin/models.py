@@ -15,6 +15,7 @@ for every option the command line left unset (:func:`register_architectures`).
 
 import dataclasses
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any, Optional
@@ -23,6 +24,7 @@ import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
+from hydra.core.hydra_config import HydraConfig
 
 from ..checkpoints.fairseq import upgrade_state_dict
 from ..checkpoints.state import drop_pretraining_modules
@@ -110,6 +112,12 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
         cfg = config_from_args(args, task)
         task_positions = task.max_positions()
         if isinstance(task_positions, int) and task_positions > cfg.max_positions:
+            if under_hydra():
+                task_key = "task.max_positions" if _has_option(task, "max_positions") else "task.tokens_per_sample"
+                raise ValueError(
+                    f"the task allows {task_positions} tokens per sample but the model has model.max_positions="
+                    f"{cfg.max_positions}; raise model.max_positions or lower {task_key}"
+                )
             raise ValueError(
                 f"the task allows {task_positions} tokens per sample but the model has --max-positions "
                 f"{cfg.max_positions}; raise --max-positions or lower --tokens-per-sample/--max-positions of the task"
@@ -185,7 +193,7 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
             raise ValueError(
                 f"the checkpoint does not fit the model these options build ({problems}); "
                 f"the model has {_shape_summary(self.state_dict())}, the checkpoint {_shape_summary(state_dict)}: "
-                "check --arch and the size options (--encoder-layers, --encoder-embed-dim, --max-positions, ...)"
+                + size_options_hint(self.cfg, self.state_dict(), state_dict, hydra=under_hydra())
             ) from error
 
     def upgrade_state_dict_named(self, state_dict: dict[str, torch.Tensor], name: str) -> None:
@@ -240,6 +248,62 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
                 logger.info(f"head {name!r} is new: not in the checkpoint, it starts from random weights")
         for key, value in heads.state_dict().items():
             state_dict.setdefault(heads_prefix + key, value)
+
+
+def under_hydra() -> bool:
+    """Whether this process runs ``fairseq-hydra-train`` (or another hydra app), whose options are
+    hydra keys (``task.max_positions=64``) rather than ``fairseq-train``'s (``--max-positions 64``).
+
+    hydra's job config is set while a ``@hydra.main`` app runs; fairseq's ``hydra_train`` tests it
+    the same way. The ranks it spawns on several GPUs run without it, but their main module is the
+    ``fairseq-hydra-train`` script again, which imports ``fairseq_cli.hydra_train``; ``fairseq-train``
+    and fairseq's hub never import it."""
+    return HydraConfig.initialized() or "fairseq_cli.hydra_train" in sys.modules
+
+
+def _has_option(task: Any, name: str) -> bool:
+    """Whether ``task``'s options (``cfg``, or ``args`` for a legacy task) include ``name``."""
+    options = safe_getattr(task, "cfg", None) or safe_getattr(task, "args", None)
+    return safe_getattr(options, name, None) is not None
+
+
+POSITIONS_KEY = "encoder.sentence_encoder.embed_positions.weight"
+
+
+def size_options_hint(
+    cfg: EncoderConfig, expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor], *, hydra: bool
+) -> str:
+    """What to check when a checkpoint (its upgraded state ``found``) does not fit the model of
+    ``cfg`` (state ``expected``), in the spelling of the command that was run: ``fairseq-train``'s
+    options, or hydra's keys. When the position tables differ, it names the ``max_positions`` that
+    fits the checkpoint and the option that sets it; under hydra that is ``task.max_positions``
+    for fine-tuning, because fairseq's ``sentence_prediction`` and ``sentence_ranking`` tasks
+    overwrite the model's ``max_positions`` with their own (so ``++model.max_positions`` has no
+    effect there).
+
+    >>> model, checkpoint = {POSITIONS_KEY: torch.zeros(514, 8)}, {POSITIONS_KEY: torch.zeros(66, 8)}
+    >>> size_options_hint(EncoderConfig(max_positions=512), model, checkpoint, hydra=False).split("; ")[-1]
+    "the checkpoint's position table is that of max_positions 64: pass --max-positions 64"
+    """
+    if hydra:
+        hint = (
+            "check model._name and the size overrides (++model.encoder_layers=N, ++model.encoder_embed_dim=N, "
+            "++model.encoder_ffn_embed_dim=N, ++model.encoder_attention_heads=N, ...)"
+        )
+    else:
+        hint = "check --arch and the size options (--encoder-layers, --encoder-embed-dim, --max-positions, ...)"
+    ours, theirs = expected.get(POSITIONS_KEY), found.get(POSITIONS_KEY)
+    if ours is None or theirs is None or ours.shape[0] == theirs.shape[0]:
+        return hint
+    # Rows beyond max_positions: padding_idx + 1 for learned RoBERTa positions, 0 for BERT's.
+    positions = theirs.shape[0] - (ours.shape[0] - cfg.max_positions)
+    hint += f"; the checkpoint's position table is that of max_positions {positions}: "
+    if hydra:
+        return hint + (
+            f"pass task.max_positions={positions} to fine-tune (the classification and multiple-choice tasks set "
+            f"the model's from it, over ++model.max_positions), model.max_positions={positions} to continue pretraining"
+        )
+    return hint + f"pass --max-positions {positions}"
 
 
 PRECISION_FLAGS = ("fp16", "memory_efficient_fp16", "bf16", "memory_efficient_bf16", "amp")

@@ -18,7 +18,9 @@ docs/pretraining.md start with what its run made (:data:`FROM_PRETRAINING`), and
 continue from docs/fine-tuning.md with what that page's run made (:data:`FROM_FINE_TUNING`).
 
 Checked: every block exits 0; a ``fairseq-train`` run in the foreground logs ``done training``;
-the files a page says it writes exist (:data:`PROMISES`). docs/pretraining.md's small run
+no training a block runs in the foreground resumes a checkpoint an earlier block left (each
+needs a save dir of its own: :data:`RESUMED`); the files a page says it writes exist
+(:data:`PROMISES`). docs/pretraining.md's small run
 (``--sample-break-mode complete``, 64 positions, whole-word masking), which once crashed with an
 IndexError after 20-40 updates, trains its 60 updates on 3,000 English sentences.
 
@@ -97,20 +99,16 @@ class StandIn:
 
 STAND_INS = (
     # RoBERTa base's recipe, small. fairseq's fp16 optimizer needs CUDA, so no --fp16 (the page
-    # says: on GPUs, drop --cpu and add --fp16). Saved apart, so that checkpoints/ stays the
-    # page's small run, which the later blocks and docs/fine-tuning.md continue from.
-    StandIn(
-        "pretraining.md",
-        "--total-num-update 125000",
-        drop=("--fp16",),
-        append=f"{PRETRAIN_SMALL} --save-dir checkpoints-base-stand-in",
-    ),
-    # fairseq's pretraining tutorial through hydra's multirun (-m), small, in its own save dir.
+    # says: on GPUs, drop --cpu and add --fp16). It saves to its own checkpoints-base/, so that
+    # checkpoints/ stays the page's small run, which the later blocks and pages continue from.
+    StandIn("pretraining.md", "--total-num-update 125000", drop=("--fp16",), append=PRETRAIN_SMALL),
+    # fairseq's pretraining tutorial through hydra's multirun (-m), small, with the save dir the
+    # page says to add beside step 5's run.
     StandIn(
         "pretraining.md",
         "fairseq-hydra-train -m",
         append=(
-            "checkpoint.save_dir=checkpoints-hydra-m common.fp16=false common.cpu=true dataset.num_workers=0 "
+            "checkpoint.save_dir=checkpoints-base-hydra common.fp16=false common.cpu=true dataset.num_workers=0 "
             "dataset.batch_size=8 'optimization.update_freq=[1]' optimization.max_update=3 "
             "task.tokens_per_sample=64 dataset.skip_invalid_size_inputs_valid_test=true model.encoder_layers=2 "
             "model.encoder_embed_dim=64 model.encoder_ffn_embed_dim=128 model.encoder_attention_heads=4 "
@@ -127,13 +125,13 @@ STAND_INS = (
         prepare="cp -r cls-bin RTE-bin\nmkdir -p roberta.base\ncp checkpoints/checkpoint_best.pt roberta.base/model.pt",
     ),
     # fairseq's IMDB recipe (RoBERTa large), from the pretraining page's small model in place of
-    # roberta.large, which the page's later blocks find in checkpoints/ as the recipe leaves it.
+    # roberta.large; the page's later blocks find it in checkpoints/ as the recipe leaves it.
     StandIn(
         "custom-classification.md",
         "--classification-head-name $HEAD_NAME",
         drop=("--fp16",),
         append=FINETUNE_SMALL,
-        prepare="mkdir -p roberta.large\nmv checkpoints/checkpoint_best.pt roberta.large/model.pt",
+        prepare="mkdir -p roberta.large\ncp my_model/model.pt roberta.large/model.pt",
     ),
     # BERT and ALBERT pretraining: token classification restores checkpoints/bert.
     StandIn("bert-albert.md", "--save-dir checkpoints/bert", drop=("--fp16",), append=PRETRAIN_SMALL),
@@ -151,28 +149,30 @@ STAND_INS = (
     # XLM-R: language identification from xlmr.base, the small one the test puts in its place.
     StandIn("xlmr.md", "--save-dir checkpoints/langid", drop=("--fp16",), append=FINETUNE_SMALL),
     # GLUE: the pretraining page's BPE in place of OpenAI's, which the test cannot download; then
-    # the RTE config on CPU, from the pretraining page's small model in place of roberta.base. The
-    # BPE goes beside the fine-tuned checkpoint, where the page's inference snippet finds it (a
-    # reader's OpenAI BPE is in the cache, where glue-preprocess put it).
+    # the RTE config on CPU, from the pretraining page's small model in place of roberta.base, with
+    # the overrides the page gives for a model of another shape. The BPE goes beside the
+    # fine-tuned checkpoint, where the page's inference snippet finds it (a reader's OpenAI BPE is
+    # in the cache, where glue-preprocess put it).
     StandIn("glue.md", "roberta-ext glue-preprocess glue_data RTE", append="--bpe-dir gpt2_bpe"),
     StandIn(
         "glue.md",
-        "--config-name rte",
+        "checkpoint.restore_file=$ROBERTA_PATH",
         append="common.fp16=false common.cpu=true common.log_interval=1 dataset.num_workers=0 "
         "optimization.max_update=5 optimization.max_epoch=1 dataset.max_tokens=1000 task.max_positions=64 "
         "++model.encoder_layers=2 ++model.encoder_embed_dim=64 ++model.encoder_ffn_embed_dim=128 "
-        "++model.encoder_attention_heads=4 ++model.max_positions=64",
-        prepare="mkdir -p roberta.base\nmv checkpoints/checkpoint_best.pt roberta.base/model.pt\n"
+        "++model.encoder_attention_heads=4",
+        prepare="mkdir -p roberta.base checkpoints\ncp my_model/model.pt roberta.base/model.pt\n"
         "cp gpt2_bpe/encoder.json gpt2_bpe/vocab.bpe checkpoints/",
     ),
     # README.race.md's and commonsense_qa/README.md's commands, swapped, from the pretraining
-    # page's small model in place of roberta.large; CommonsenseQA on the page's BPE files.
+    # page's small model in place of roberta.large, each with the save dir the page says to add;
+    # CommonsenseQA on the page's BPE files.
     StandIn(
         "multiple-choice.md",
         "--update-freq $UPDATE_FREQ",
         drop=("--fp16",),
-        append=f"--arch roberta_ext_base {FINETUNE_SMALL} --max-option-length 32 --save-dir checkpoints-race-stand-in",
-        prepare="mkdir -p roberta.large\ncp checkpoints/checkpoint_best.pt roberta.large/model.pt",
+        append=f"--arch roberta_ext_base {FINETUNE_SMALL} --max-option-length 32 --save-dir checkpoints-race-large",
+        prepare="mkdir -p roberta.large\ncp my_model/model.pt roberta.large/model.pt",
     ),
     StandIn(
         "multiple-choice.md",
@@ -180,9 +180,9 @@ STAND_INS = (
         drop=("--fp16",),
         append=(
             "--gpt2-encoder-json gpt2_bpe/encoder.json --gpt2-vocab-bpe gpt2_bpe/vocab.bpe --arch roberta_ext_base "
-            f"{FINETUNE_SMALL} --warmup-updates 1 --total-num-update 5 --save-dir checkpoints-cqa-stand-in"
+            f"{FINETUNE_SMALL} --warmup-updates 1 --total-num-update 5 --save-dir checkpoints-cqa-large"
         ),
-        prepare="mkdir -p roberta.large\ncp checkpoints/checkpoint_best.pt roberta.large/model.pt",
+        prepare="mkdir -p roberta.large\ncp my_model/model.pt roberta.large/model.pt",
     ),
 )
 
@@ -332,7 +332,8 @@ def xlmr_inputs(folder: Path) -> None:
     import sentencepiece as spm
 
     from roberta_ext.checkpoints import save_roberta_checkpoint
-    from roberta_ext.modeling import EncoderConfig, RobertaModel
+    from roberta_ext.families import preset
+    from roberta_ext.modeling import RobertaModel
     from roberta_ext.tokenizers.sentencepiece_tokenizer import train_xlmr_sentencepiece
     from tests.xlmr_reference import MULTILINGUAL
 
@@ -357,7 +358,7 @@ def xlmr_inputs(folder: Path) -> None:
     (base / "sentencepiece.bpe.vocab").unlink()  # the archive holds the model only
     sp = spm.SentencePieceProcessor(model_file=str(model))
     write_lines(base / "dict.txt", [f"{sp.id_to_piece(i)} 1" for i in range(3, sp.get_piece_size())])
-    cfg = EncoderConfig.preset("xlmr-tiny", vocab_size=sp.get_piece_size() + 2, encoder_embed_dim=64)
+    cfg = preset("xlmr-tiny", vocab_size=sp.get_piece_size() + 2, encoder_embed_dim=64)
     cfg = cfg.replace(encoder_ffn_embed_dim=128, encoder_attention_heads=4, encoder_layers=2, max_positions=64)
     save_roberta_checkpoint(RobertaModel(cfg), base / "model.pt")
 
@@ -408,12 +409,12 @@ READER_BRINGS: dict[str, Callable[[Path], None]] = {
 
 # What a page takes from docs/pretraining.md's run, as the page says it does.
 FROM_PRETRAINING: dict[str, tuple[str, ...]] = {
-    "custom-classification.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
+    "custom-classification.md": ("gpt2_bpe", "my_model"),
     "fine-tuning.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
     "bert-albert.md": ("gpt2_bpe",),
     "electra-spanbert-qa.md": ("gpt2_bpe", "data-bin"),
-    "glue.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
-    "multiple-choice.md": ("gpt2_bpe", "checkpoints/checkpoint_best.pt"),
+    "glue.md": ("gpt2_bpe", "my_model"),
+    "multiple-choice.md": ("gpt2_bpe", "my_model"),
     "export.md": ("my_model",),
 }
 
@@ -451,7 +452,8 @@ PROMISES: dict[str, list[tuple[str, str]]] = {
         ("checkpoints/checkpoint_best.pt", ""),
         ("checkpoints/checkpoint_last.pt", ""),
         ("checkpoints-hydra/checkpoint_last.pt", ""),
-        ("checkpoints-hydra-m/checkpoint_last.pt", ""),
+        ("checkpoints-base/checkpoint_last.pt", ""),
+        ("checkpoints-base-hydra/checkpoint_last.pt", ""),
         ("train.rank0.log", "distributed init (rank 0)"),
         ("train.rank1.log", "distributed init (rank 1)"),
         ("train.rank0.log", "done training"),
@@ -503,6 +505,7 @@ PROMISES: dict[str, list[tuple[str, str]]] = {
         ),
         *((f"RTE-bin/label/{name}", "") for name in ("dict.txt", "train.bin", "valid.bin")),
         ("checkpoints/checkpoint_best.pt", ""),
+        ("checkpoints-rte-small/checkpoint_best.pt", ""),
     ],
     "multiple-choice.md": [
         *(
@@ -515,9 +518,9 @@ PROMISES: dict[str, list[tuple[str, str]]] = {
         ("swag-bin/input4/valid.bin", ""),
         *(
             (f"{name}/checkpoint_best.pt", "")
-            for name in ("checkpoints-race", "checkpoints-race-stand-in", "checkpoints-swag", "checkpoints-cqa")
+            for name in ("checkpoints-race", "checkpoints-race-large", "checkpoints-swag", "checkpoints-cqa")
         ),
-        ("checkpoints-cqa-stand-in/checkpoint_best.pt", ""),
+        ("checkpoints-cqa-large/checkpoint_best.pt", ""),
         ("preds.tsv", "\t"),
     ],
     "xlmr.md": [
@@ -553,9 +556,17 @@ def reader_env() -> dict[str, str]:
     return env
 
 
+RESUMED = re.compile(r"Loaded checkpoint (?P<path>\S+) \(epoch \d+ @ (?P<updates>\d+) updates\)")
+"""fairseq's log line for a checkpoint it continues from. A restore for fine-tuning
+(``--reset-optimizer``) logs 0 updates; more means the run resumed another's ``checkpoint_last.pt``
+from its ``--save-dir`` (docs/pretraining.md's bf16 example once resumed step 5's run, 60 updates
+past its ``--max-update 10``, and stopped at once)."""
+
+
 def run_block(block: Block, script: str, folder: Path, env: dict[str, str]) -> None:
     """Run ``script`` (the block, or its stand-in) in ``folder``; fail with its output if it
-    fails, or if a ``fairseq-train`` it ran in the foreground did not log ``done training``."""
+    fails, if a ``fairseq-train`` it ran in the foreground did not log ``done training``, or if a
+    training it ran resumed an earlier block's checkpoint (:data:`RESUMED`)."""
     begun = time.monotonic()
     with subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", script],
@@ -582,6 +593,11 @@ def run_block(block: Block, script: str, folder: Path, env: dict[str, str]) -> N
         )
     if re.search(r"^fairseq-train ", script, re.M):
         assert "done training" in output, f"docs/{block.where}: no 'done training':\n{output[-6000:]}"
+    for resumed in RESUMED.finditer(output):
+        assert resumed["updates"] == "0", (
+            f"docs/{block.where} resumed {resumed['path']} at {resumed['updates']} updates, a checkpoint an earlier "
+            "command left: give it a save dir of its own"
+        )
 
 
 def run_page(page: str, folder: Path) -> Path:

@@ -328,3 +328,56 @@ def test_fine_tuning_a_fine_tuned_checkpoint_says_which_heads_it_keeps(folder: P
         cwd=folder,
     )
     assert "dropping head 'sentence_classification_head'" in other and "head 'other' is new" in other
+
+
+def fine_tune_rte(folder: Path, save_dir: str, *overrides: str) -> str:
+    """``rte.yaml`` from the pretrained checkpoint (32 positions), one update, with ``overrides``."""
+    return run(
+        "fairseq-hydra-train",
+        "--config-dir",
+        str(OURS / "finetuning"),
+        "--config-name",
+        "rte",
+        "task.data=cls-bin",
+        "checkpoint.restore_file=checkpoints/checkpoint_last.pt",
+        f"checkpoint.save_dir={save_dir}",
+        f"common.user_dir={USER_DIR}",
+        "optimization.max_update=1",
+        "optimization.max_epoch=1",
+        "dataset.max_tokens=1000",
+        *overrides,
+        *ON_CPU,
+        cwd=folder,
+    )
+
+
+def test_glue_config_for_another_shape_takes_task_max_positions_and_says_so(folder: Path, pretrained: str):
+    """docs/glue.md's "A model of another shape": the sizes with '++', the positions from
+    task.max_positions. fairseq's sentence_prediction gives the model the task's max_positions
+    (512 in the config) over ++model.max_positions, so that alone fails, with an error that
+    names hydra's key, not fairseq-train's --max-positions."""
+    with pytest.raises(AssertionError) as failed:
+        fine_tune_rte(folder, "checkpoints-shape-wrong", *(f"++{option}" for option in SMALL))
+    error = str(failed.value).rsplit("ValueError: ", 1)[-1].split("\n", 1)[0]
+    assert "(514, 32) in the model" in error and "check model._name and the size overrides" in error
+    assert "the checkpoint's position table is that of max_positions 32: pass task.max_positions=32" in error
+    assert "--max-positions" not in error
+    sizes = [f"++{option}" for option in SMALL if not option.startswith("model.max_positions=")]
+    log = fine_tune_rte(folder, "checkpoints-shape", *sizes, "task.max_positions=32")
+    assert "Loaded checkpoint checkpoints/checkpoint_last.pt" in log and "done training" in log
+
+
+def test_fairseq_train_names_max_positions_for_a_checkpoint_of_other_positions(folder: Path, pretrained: str):
+    """The same mismatch under fairseq-train, where --max-positions sets the task's and the model's."""
+    argv = (
+        "cls-bin --task roberta_ext_classification --criterion roberta_ext_classification --arch roberta_ext_base "
+        "--encoder-layers 2 --encoder-embed-dim 32 --encoder-ffn-embed-dim 64 --encoder-attention-heads 4 "
+        "--num-classes 2 --max-update 1 --batch-size 8 --cpu --num-workers 0 --save-dir checkpoints-positions "
+        "--restore-file checkpoints/checkpoint_last.pt --reset-optimizer"
+    ).split()
+    with pytest.raises(AssertionError) as failed:
+        run("fairseq-train", *argv, "--user-dir", USER_DIR, cwd=folder)
+    error = str(failed.value).rsplit("ValueError: ", 1)[-1].split("\n", 1)[0]
+    assert "check --arch and the size options" in error
+    assert error.endswith("the checkpoint's position table is that of max_positions 32: pass --max-positions 32")
+    assert "task.max_positions" not in error
