@@ -269,3 +269,13 @@ def test_a_loaded_hub_aligns_and_says_so_in_its_docs(tmp_path, bpe_files):
     assert aligned.words == ["<s>", "“", "Hello", "”", "world", "!", "</s>"]
     assert len(aligned.features) == 3 and aligned.vector(2).shape == (32,)
     assert "spaCy" in RobertaHubInterface.extract_features_aligned_to_words.__doc__
+
+
+def test_a_word_without_tokens_borrows_the_token_before_it():
+    """A word no token overlaps (a tokenizer dropped it) takes its neighbour's token: the one
+    *before* it where there is one — the token a reader would say it was merged into — and the
+    one after only at the start (issue 26: borrowing from the next word passed every test)."""
+    token_spans = [(0, 3), (8, 11)]  # "abc", then "ghi"; "de" (4, 6) was dropped
+    word_spans = [(0, 3), (4, 6), (8, 11)]
+    assert align_tokens_to_words(token_spans, word_spans) == [[1], [1], [2]]
+    assert align_tokens_to_words([(4, 7)], [(0, 2), (4, 7)]) == [[1], [1]]  # the first word: the token after

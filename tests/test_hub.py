@@ -275,20 +275,6 @@ def test_fairseqs_default_bpe_is_not_paired_with_a_dictionary_of_another_bpe(tmp
     assert "\n" not in str(raised.value)
 
 
-def test_fairseqs_default_bpe_offline_is_one_line_naming_the_options(tmp_path):
-    """GPT-2's own dictionary may take fairseq's default BPE; offline and not cached, the error is
-    one line naming the options, not a chained download traceback."""
-    from roberta_ext.tokenizers.registry import GPT2_IDS, KINDS, TokenizerFiles
-
-    gpt2_dictionary = Dictionary()
-    for gpt2_id in sorted(GPT2_IDS):
-        gpt2_dictionary.add_symbol(str(gpt2_id))
-    files = TokenizerFiles(cache_dir=tmp_path / "empty-cache", offline=True)
-    with pytest.raises(FileNotFoundError, match="offline mode is on.*pass gpt2_encoder_json=") as raised:
-        KINDS["gpt2"].for_fairseq(tmp_path, gpt2_dictionary, files)
-    assert raised.value.__cause__ is None and raised.value.__suppress_context__
-
-
 def test_unknown_fairseq_overrides_are_reported_not_silently_dropped(model_dir):
     with pytest.warns(UserWarning, match="user_dir"):
         roberta_ext.from_pretrained(str(model_dir), user_dir="/somewhere")
