@@ -18,7 +18,6 @@ downloaded. The defaults take about 10 minutes on 2 CPU cores; the options scale
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import math
@@ -31,6 +30,7 @@ import sys
 import sysconfig
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -160,44 +160,38 @@ def last_valid(log: str, key: str) -> float | None:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """``roberta-ext quickstart``'s options."""
-    parser = argparse.ArgumentParser(
-        prog="roberta-ext quickstart",
-        description="Pretrain and fine-tune a small RoBERTa with fairseq-train --user-dir roberta_ext on the "
-        "standard library's docstrings, then use both checkpoints through torch.hub.",
-    )
-    parser.add_argument(
-        "--out", type=Path, default=Path("quickstart_out"), help="working folder (default: %(default)s)"
-    )
-    parser.add_argument("--merges", type=int, default=3000, help="BPE merges to learn (default: %(default)s)")
-    parser.add_argument("--layers", type=int, default=4, help="encoder layers (default: %(default)s)")
-    parser.add_argument(
-        "--dim", type=int, default=128, help="model width; FFN is 4x, heads = dim/32 (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--tokens-per-sample", type=int, default=128, help="pretraining block length (default: %(default)s)"
-    )
-    parser.add_argument("--pretrain-updates", type=int, default=800, help="pretraining updates (default: %(default)s)")
-    parser.add_argument("--finetune-updates", type=int, default=200, help="fine-tuning updates (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default: %(default)s)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="peak pretraining learning rate (default: %(default)s)")
-    parser.add_argument(
-        "--workers", type=int, default=2, help="processes for bpe-encode/preprocess (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=1,
-        help="seed of the train/valid/test split, of the label balancing and of both fairseq-train runs "
-        "(default: %(default)s)",
-    )
-    return parser
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """The quickstart's sizes (``roberta-ext quickstart``'s options; the defaults take about 10
+    minutes on 2 CPU cores)."""
+
+    out: Path = Path("quickstart_out")
+    """Working folder (replaced when it exists)."""
+    merges: int = 3000
+    """BPE merges to learn."""
+    layers: int = 4
+    """Encoder layers."""
+    dim: int = 128
+    """Model width; the FFN is 4x, heads = dim / 32."""
+    tokens_per_sample: int = 128
+    """Pretraining block length."""
+    pretrain_updates: int = 800
+    finetune_updates: int = 200
+    batch_size: int = 32
+    """Sentences per batch."""
+    lr: float = 1e-3
+    """Peak pretraining learning rate."""
+    workers: int = 2
+    """Processes for bpe-encode and fairseq-preprocess."""
+    seed: int = 1
+    """Seed of the train/valid/test split, of the label balancing and of both fairseq-train runs."""
+    progress: bool = False
+    """Print fairseq-train's progress lines as they come (else each step's summary only)."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    out: Path = args.out.resolve()
+def run(options: Options) -> int:
+    """Run the quickstart's six steps, printing each command before it runs; 0 when all did."""
+    out: Path = options.out.resolve()
     if out.exists():
         shutil.rmtree(out)
     for sub in ("corpus", "logs"):
@@ -208,11 +202,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print("1. corpus: docstrings of the Python standard library")
     docs = stdlib_docstrings()
-    random.Random(args.seed).shuffle(docs)
+    random.Random(options.seed).shuffle(docs)
     n_held = max(100, len(docs) // 10)
     splits = {"test": docs[:n_held], "valid": docs[n_held : 2 * n_held], "train": docs[2 * n_held :]}
     # The fine-tuning task: class or function docstring? Balanced, so that chance is 50%.
-    labelled = {split: balanced([d for d in rows if d[1] != "module"], args.seed) for split, rows in splits.items()}
+    labelled = {split: balanced([d for d in rows if d[1] != "module"], options.seed) for split, rows in splits.items()}
     corpus = out / "corpus"
     for split, rows in splits.items():
         write_lines(corpus / f"{split}.txt", [text for text, _ in rows])
@@ -235,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             "--output-dir",
             str(bpe_dir),
             "--num-merges",
-            str(args.merges),
+            str(options.merges),
         ],
     )
     encoder_json, vocab_bpe, dict_txt = bpe_dir / "encoder.json", bpe_dir / "vocab.bpe", bpe_dir / "dict.txt"
@@ -255,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(corpus / f"{name}.bpe"),
                 "--keep-empty",
                 "--workers",
-                str(args.workers),
+                str(options.workers),
             ],
         )
 
@@ -277,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             "--destdir",
             str(data),
             "--workers",
-            str(args.workers),
+            str(options.workers),
         ],
     )
     cls_data = out / "cls-bin"
@@ -295,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             "--destdir",
             str(cls_data / "input0"),
             "--workers",
-            str(args.workers),
+            str(options.workers),
         ],
     )
     run(
@@ -318,15 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         "--arch",
         "roberta_ext_base",
         "--encoder-layers",
-        str(args.layers),
+        str(options.layers),
         "--encoder-embed-dim",
-        str(args.dim),
+        str(options.dim),
         "--encoder-ffn-embed-dim",
-        str(4 * args.dim),
+        str(4 * options.dim),
         "--encoder-attention-heads",
-        str(max(1, args.dim // 32)),
+        str(max(1, options.dim // 32)),
         "--max-positions",
-        str(args.tokens_per_sample),
+        str(options.tokens_per_sample),
     ]
     common = [
         "--user-dir",
@@ -335,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         "--num-workers",
         "0",
         "--seed",
-        str(args.seed),
+        str(options.seed),
         "--log-format",
         "json",
         "--log-interval",
@@ -371,34 +365,34 @@ def main(argv: list[str] | None = None) -> int:
             *model,
             *common,
             "--tokens-per-sample",
-            str(args.tokens_per_sample),
+            str(options.tokens_per_sample),
             "--sample-break-mode",
             "none",
             "--mask-whole-words",
             "--batch-size",
-            str(args.batch_size),
+            str(options.batch_size),
             "--lr",
-            str(args.lr),
+            str(options.lr),
             "--warmup-updates",
-            str(max(1, args.pretrain_updates // 10)),
+            str(max(1, options.pretrain_updates // 10)),
             "--total-num-update",
-            str(args.pretrain_updates),
+            str(options.pretrain_updates),
             "--max-update",
-            str(args.pretrain_updates),
+            str(options.pretrain_updates),
             "--validate-interval",
             "1000",
             "--save-interval",
             "1000",
             "--validate-interval-updates",
-            str(max(1, args.pretrain_updates // 4)),
+            str(max(1, options.pretrain_updates // 4)),
             "--save-interval-updates",
-            str(max(1, args.pretrain_updates // 4)),
+            str(max(1, options.pretrain_updates // 4)),
             "--keep-interval-updates",
             "1",
             "--save-dir",
             str(pretrain_dir),
         ],
-        stream=True,
+        stream=options.progress,
     )
 
     print("\n5. fine-tune: is a docstring a class's or a function's?")
@@ -423,15 +417,15 @@ def main(argv: list[str] | None = None) -> int:
             "--shorten-method",
             "truncate",
             "--batch-size",
-            str(args.batch_size),
+            str(options.batch_size),
             "--lr",
             "5e-4",
             "--warmup-updates",
-            str(max(1, args.finetune_updates // 10)),
+            str(max(1, options.finetune_updates // 10)),
             "--total-num-update",
-            str(args.finetune_updates),
+            str(options.finetune_updates),
             "--max-update",
-            str(args.finetune_updates),
+            str(options.finetune_updates),
             "--restore-file",
             str(pretrain_dir / "checkpoint_last.pt"),
             "--reset-optimizer",
@@ -443,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             "--save-dir",
             str(finetune_dir),
         ],
-        stream=True,
+        stream=options.progress,
     )
 
     # A model folder like the released ones: checkpoint + dictionary + BPE files side by side.
@@ -464,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   decode(...) == the sentence: {roberta.decode(tokens) == sentence}")
     print(
         f"   extract_features -> {tuple(roberta.extract_features(tokens).shape)}; return_all_hiddens -> "
-        f"{len(roberta.extract_features(tokens, return_all_hiddens=True))} tensors (embeddings + {args.layers} layers)"
+        f"{len(roberta.extract_features(tokens, return_all_hiddens=True))} tensors "
+        f"(embeddings + {options.layers} layers)"
     )
     for masked in ("Return the number of <mask> in the sequence.", "Raise ValueError if the <mask> is empty."):
         print(f"   fill_mask({masked!r}):")
@@ -498,7 +493,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"\nquickstart finished in {(time.time() - started) / 60:.1f} min; everything is in {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

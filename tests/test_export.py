@@ -25,8 +25,9 @@ from torch import nn
 import roberta_ext
 from roberta_ext import export
 from roberta_ext.checkpoints import save_roberta_checkpoint
+from roberta_ext.cli.export import main as export_main
 from roberta_ext.embedding.pooling import pool
-from roberta_ext.export import ExportCheckError, ServingModule, export_main
+from roberta_ext.export import ExportCheckError, ServingModule
 from roberta_ext.export.int8 import Int8Linear, PerTensorInt8Linear, full_range_activations, quantize_int8
 from roberta_ext.tokenizers.wordpiece import WordPieceTokenizer, train_wordpiece_vocab, write_vocab
 from tests.peers import require
@@ -300,6 +301,32 @@ def test_command_refuses_to_overwrite_without_force(roberta_dir, tmp_path, capsy
         3,
         32,
     )
+
+
+def test_the_format_follows_the_suffix_and_an_explicit_format_wins(roberta_dir, roberta, tmp_path, capsys):
+    """``--output y.pt2`` once wrote an ONNX file under that name: the suffix now says
+    torch.export; ``--format`` wins over it, and the command says so. No progress bar off a
+    terminal (stderr here is not one), none in Python unless asked."""
+    ids, mask = torch.tensor([[0, 5, 2], [0, 2, 1]]), torch.ones(2, 3, dtype=torch.long)
+    output = tmp_path / "y.pt2"
+    assert export_main([str(roberta_dir), "--output", str(output), "--pooling", "mean", "--no-check"]) == 0
+    assert torch.export.load(output).module()(ids, mask).shape == (2, 32)  # a torch.export program
+    err = capsys.readouterr().err
+    assert "export y.pt2" not in err and "note:" not in err  # no progress bar, no contradiction
+    export.to_torch_export(roberta, tmp_path / "quiet.pt2", check=False)
+    assert capsys.readouterr().err == ""  # the library shows no bar unless progress=True
+    for module in ("onnx", "onnxscript"):
+        require(module, "exporting to ONNX")
+    onnx_named_pt2 = tmp_path / "z.pt2"
+    assert export_main([str(roberta_dir), "--format", "onnx", "--output", str(onnx_named_pt2), "--no-check"]) == 0
+    assert "note: writing onnx to" in capsys.readouterr().err
+    import onnx
+
+    assert onnx.load(str(onnx_named_pt2)).graph.output[0].name == "features"
+    assert export_main([str(roberta_dir), "--output", str(tmp_path / "m.onnx"), "--opset", "18", "--no-check"]) == 0
+    assert onnx.load(str(tmp_path / "m.onnx")).graph.output[0].name == "features"
+    assert export_main([str(roberta_dir), "--output", str(tmp_path / "m2.pt2"), "--opset", "18"]) == 1
+    assert "--opset is for ONNX files" in capsys.readouterr().err
 
 
 def test_a_file_is_written_whole_or_not_at_all(roberta, tmp_path, monkeypatch):

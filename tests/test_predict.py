@@ -19,21 +19,21 @@ import torch
 
 import roberta_ext
 from roberta_ext.checkpoints import save_roberta_checkpoint
+from roberta_ext.cli.predict import main as predict_main
 from roberta_ext.corpus.glue import TASKS
+from roberta_ext.corpus.rows import Row
 from roberta_ext.families import preset
-from roberta_ext.modeling import RobertaModel
-from roberta_ext.predict import (
-    GLUE_METRICS,
-    Example,
+from roberta_ext.metrics import (
+    METRICS,
     accuracy,
     compute_metrics,
     f1_score,
     matthews_corrcoef,
     pearson,
-    predict_examples,
-    predict_main,
     spearman,
 )
+from roberta_ext.modeling import RobertaModel
+from roberta_ext.predict import predict_rows
 from roberta_ext.tokenizers import Dictionary
 from tests.conftest import run_without_fairseq
 from tests.peers import require
@@ -132,9 +132,11 @@ def test_logits_equal_the_hubs_one_at_a_time_in_input_order(models):
     rows come back in input order, each with the logits of the hub's own single-example call."""
     rows = pairs(40)
     hub = roberta_ext.from_pretrained(str(models["nli"]))
-    examples = [Example(i + 1, row) for i, row in enumerate(rows)]
+    examples = [Row(i, i + 1, row) for i, row in enumerate(rows)]
     out = list(
-        predict_examples(hub, "sentence_classification_head", examples, max_tokens=40, batch_size=5, chunk_rows=7)
+        predict_rows(
+            hub.model, hub.inputs, "sentence_classification_head", examples, max_tokens=40, batch_size=5, chunk_rows=7
+        )
     )
     assert [example.line for example, _ in out] == list(range(1, 41))
     logits = torch.stack([row for _, row in out])
@@ -193,7 +195,7 @@ def test_every_glue_tasks_dev_and_test_columns(task, models, tmp_path, capsys):
     spec = TASKS[task]
     pair = len(spec.input_columns) == 2
     rows = [row if pair else row[:1] for row in pairs(6, seed=3)]
-    kind = "stsb" if spec.regression else "binary" if "f1" in GLUE_METRICS[task] else "nli"
+    kind = "stsb" if spec.regression else "binary" if "f1" in spec.metrics else "nli"
     model, names = models[kind], {"stsb": [], "binary": ["1", "0"], "nli": ["a", "b", "c"]}[kind]
     expected = reference(model, rows)
     # A train file is read as a dev file, except for MNLI's label column (gold_label moves).
@@ -226,8 +228,10 @@ def test_every_glue_tasks_dev_and_test_columns(task, models, tmp_path, capsys):
             assert code == 1 and f"{path}:4: the line has 7 tab-separated fields, not 6" in err
 
 
-def test_glue_metrics_name_every_task():
-    assert set(GLUE_METRICS) == set(TASKS)
+def test_every_glue_task_is_scored_by_known_metrics():
+    for task in TASKS.values():
+        assert task.metrics and set(task.metrics) <= set(METRICS), task.name
+        assert ("accuracy" in task.metrics) != task.regression, task.name
 
 
 def test_jsonl_input_and_output(models, tmp_path, capsys):

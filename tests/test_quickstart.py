@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from roberta_ext.quickstart import build_parser
+from roberta_ext.cli.quickstart import build_parser
 from tests.conftest import REPO
 
 

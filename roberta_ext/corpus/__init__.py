@@ -1,13 +1,17 @@
-"""Corpus tools: text files -> what ``fairseq-preprocess`` reads, as the ``roberta-ext`` commands.
+"""Corpus tools: text files -> what ``fairseq-preprocess`` reads (the ``roberta-ext`` commands of
+:mod:`roberta_ext.cli.corpus` are thin parsers over these functions).
 
 * :mod:`~roberta_ext.corpus.bpe` — ``bpe-encode`` (fairseq's GPT-2 encoder script, byte for
   byte) and ``train-bpe`` (learn ``encoder.json`` + ``vocab.bpe`` + ``dict.txt``).
 * :mod:`~roberta_ext.corpus.tokenize` — ``tokenize``: WordPiece or SentencePiece tokens per line.
 * :mod:`~roberta_ext.corpus.tagging` — ``prepare-tagging``: CoNLL-style files -> data for
   ``--task roberta_ext_token_classification``.
+* :mod:`~roberta_ext.corpus.glue` — ``glue-preprocess``, and how ``predict`` reads a GLUE file.
+* :mod:`~roberta_ext.corpus.rows` — the rows of a text, TSV or JSONL input, as ``predict`` and
+  ``embed`` read them (one stripping rule, one header rule).
 * What they share: :mod:`~roberta_ext.corpus.reading` (lines as fairseq reads them, in chunks,
   errors naming file and line), :mod:`~roberta_ext.corpus.pool` (an ordered, memory-bounded
-  process pool), :mod:`~roberta_ext.corpus.commands` (argument types, error reporting).
+  process pool).
 
 Every output appears under its real name only once the whole run succeeded
 (:mod:`roberta_ext._io`).
@@ -17,14 +21,12 @@ from .bpe import (
     EncodeStats,
     TrainedBPE,
     bpe_encode_files,
-    bpe_encode_main,
     build_fairseq_dictionary,
     train_bpe_files,
-    train_bpe_main,
 )
 from .reading import STDIO, CorpusError
-from .tagging import IGNORE_LABEL, TaggedSentence, TagStats, prepare_tagging, prepare_tagging_main, read_conll
-from .tokenize import PIECE_TOKENIZERS, TOKENIZERS, TokenizeStats, TokenWriter, tokenize_files, tokenize_main
+from .tagging import IGNORE_LABEL, TaggedSentence, TagStats, prepare_tagging, read_conll
+from .tokenize import PIECE_TOKENIZERS, TOKENIZERS, TokenizeStats, TokenWriter, tokenize_files
 
 __all__ = [
     "IGNORE_LABEL",
@@ -39,13 +41,9 @@ __all__ = [
     "TokenizeStats",
     "TrainedBPE",
     "bpe_encode_files",
-    "bpe_encode_main",
     "build_fairseq_dictionary",
     "prepare_tagging",
-    "prepare_tagging_main",
     "read_conll",
     "tokenize_files",
-    "tokenize_main",
     "train_bpe_files",
-    "train_bpe_main",
 ]

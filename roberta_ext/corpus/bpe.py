@@ -1,7 +1,7 @@
 """GPT-2 BPE for fairseq: ``roberta-ext bpe-encode`` (encode text as fairseq does) and
 ``roberta-ext train-bpe`` (learn a GPT-2 BPE + ``dict.txt``).
 
-Each command is a thin argument parser over a library function:
+Each command (:mod:`roberta_ext.cli.corpus`) is a thin argument parser over a library function here:
 
 * :func:`bpe_encode_files` is fairseq's ``examples/roberta/multiprocessing_bpe_encoder.py`` — same
   options, byte-identical outputs and the same stderr statistics — with what a long run needs:
@@ -27,7 +27,6 @@ different from the number of outputs, the same output path given twice.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -44,8 +43,7 @@ from .._io import AtomicFiles
 from ..tokenizers.bpe_trainer import count_words, train_bpe, write_bpe_files
 from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.gpt2_bpe import GPT2BPE
-from .commands import non_negative_int, positive_int, run_command
-from .pool import DEFAULT_WORKERS, OrderedRunner
+from .pool import OrderedRunner
 from .reading import STDIO, Chunk, CorpusError, InputFile, UndecodableLine, decode_row, read_chunks, total_size
 
 __all__ = [
@@ -53,10 +51,8 @@ __all__ = [
     "EncodeStats",
     "TrainedBPE",
     "bpe_encode_files",
-    "bpe_encode_main",
     "build_fairseq_dictionary",
     "train_bpe_files",
-    "train_bpe_main",
 ]
 
 _LOG_EVERY_ROWS = 10_000  # fairseq's script prints "processed N lines" this often
@@ -360,183 +356,3 @@ def train_bpe_files(
         vocab_size=len(encoder),
         dict_size=len(dictionary) - dictionary.nspecial,
     )
-
-
-def bpe_encode_main(argv: Sequence[str] | None = None) -> int:
-    """``roberta-ext bpe-encode``: fairseq's ``multiprocessing_bpe_encoder.py``, same options.
-
-    >>> bpe_encode_main(["--encoder-json", "encoder.json", "--vocab-bpe", "vocab.bpe",
-    ...                  "--inputs", "train.txt", "--outputs", "train.bpe"])  # doctest: +SKIP
-    0
-    """
-    prog = "roberta-ext bpe-encode"
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Encode text files with GPT-2 byte-level BPE, one output line of space-separated GPT-2 "
-            "ids per input line: byte-identical to fairseq's examples/roberta/"
-            "multiprocessing_bpe_encoder.py, with the same options. Lines are read with universal "
-            "newlines and stripped; with several parallel inputs, a row is dropped from all outputs "
-            "when any of its lines is empty (unless --keep-empty). Outputs appear only when the "
-            "whole run succeeded."
-        ),
-        epilog=(
-            "example: roberta-ext bpe-encode --encoder-json gpt2_bpe/encoder.json --vocab-bpe "
-            "gpt2_bpe/vocab.bpe --inputs train.raw --outputs train.bpe --workers 8"
-        ),
-    )
-    parser.add_argument("--encoder-json", required=True, metavar="FILE", help="path to encoder.json")
-    parser.add_argument("--vocab-bpe", required=True, metavar="FILE", help="path to vocab.bpe")
-    parser.add_argument(
-        "--inputs",
-        nargs="+",
-        default=[STDIO],
-        metavar="FILE",
-        help="input files to filter/encode; '-' is stdin (default: -). Several files are "
-        "PARALLEL COLUMNS, as in fairseq: line i of every file is one row, and they must "
-        "have equal numbers of lines. For separate files (train, valid), run once per "
-        "file (unlike 'roberta-ext tokenize', whose --inputs are separate files)",
-    )
-    parser.add_argument(
-        "--outputs",
-        nargs="+",
-        default=[STDIO],
-        metavar="FILE",
-        help="path to save encoded outputs, one per input; '-' is stdout (default: -)",
-    )
-    parser.add_argument(
-        "--keep-empty",
-        action="store_true",
-        help="keep empty lines (as empty output lines) instead of dropping their rows",
-    )
-    parser.add_argument(
-        "--workers",
-        type=positive_int,
-        default=DEFAULT_WORKERS,
-        metavar="N",
-        help=f"processes that encode; 1 runs in this process (default: {DEFAULT_WORKERS})",
-    )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="show a progress bar on stderr (default: when stderr is a terminal; "
-        "without it, fairseq's 'processed N lines' messages are printed)",
-    )
-    args = parser.parse_args(argv)
-    if len(args.inputs) != len(args.outputs):
-        parser.error(
-            f"number of input and output paths should match: {len(args.inputs)} inputs, {len(args.outputs)} outputs"
-        )
-    progress = sys.stderr.isatty() if args.progress is None else args.progress
-
-    def body() -> int:
-        bpe_encode_files(
-            args.encoder_json,
-            args.vocab_bpe,
-            args.inputs,
-            args.outputs,
-            keep_empty=args.keep_empty,
-            workers=args.workers,
-            progress=progress,
-            log=sys.stderr,
-        )
-        return 0
-
-    return run_command(prog, body)
-
-
-def train_bpe_main(argv: Sequence[str] | None = None) -> int:
-    """``roberta-ext train-bpe``: learn encoder.json, vocab.bpe and dict.txt from text files.
-
-    >>> train_bpe_main(["--inputs", "train.txt", "--output-dir", "gpt2_bpe"])  # doctest: +SKIP
-    0
-    """
-    prog = "roberta-ext train-bpe"
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Learn a GPT-2-format byte-level BPE (encoder.json, vocab.bpe) from text files, and the "
-            "fairseq dict.txt of the BPE-encoded text: the same file fairseq-preprocess --only-source "
-            "would build, so it can be passed as --srcdict. For users without OpenAI's GPT-2 files."
-        ),
-        epilog=(
-            "example: roberta-ext train-bpe --inputs train.raw --output-dir gpt2_bpe --num-merges 30000; "
-            "then roberta-ext bpe-encode --encoder-json gpt2_bpe/encoder.json --vocab-bpe gpt2_bpe/vocab.bpe "
-            "--inputs train.raw --outputs train.bpe; fairseq-preprocess --only-source --srcdict "
-            "gpt2_bpe/dict.txt --trainpref train.bpe --destdir data-bin"
-        ),
-    )
-    parser.add_argument("--inputs", nargs="+", required=True, metavar="FILE", help="text files to learn from")
-    parser.add_argument(
-        "--output-dir",
-        required=True,
-        type=Path,
-        metavar="DIR",
-        help="folder for encoder.json, vocab.bpe and dict.txt (created if missing)",
-    )
-    parser.add_argument(
-        "--num-merges",
-        type=non_negative_int,
-        default=30_000,
-        metavar="N",
-        help="merges to learn; the vocabulary gets up to N + 257 tokens (default: 30000)",
-    )
-    parser.add_argument(
-        "--min-frequency",
-        type=positive_int,
-        default=2,
-        metavar="N",
-        help="stop when the best pair occurs fewer than N times (default: 2)",
-    )
-    parser.add_argument(
-        "--dict-from",
-        nargs="+",
-        metavar="FILE",
-        help="text files whose BPE ids dict.txt counts, e.g. just the training split "
-        "you will pass to fairseq-preprocess --trainpref (default: --inputs)",
-    )
-    parser.add_argument(
-        "--padding-factor",
-        type=positive_int,
-        default=8,
-        metavar="N",
-        help="pad dict.txt with madeupwordNNNN rows as fairseq-preprocess does (default: 8)",
-    )
-    parser.add_argument(
-        "--workers",
-        type=positive_int,
-        default=DEFAULT_WORKERS,
-        metavar="N",
-        help=f"processes that read and encode text (default: {DEFAULT_WORKERS})",
-    )
-    parser.add_argument("--force", action="store_true", help="overwrite existing files in --output-dir")
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="show progress bars on stderr (default: when stderr is a terminal)",
-    )
-    args = parser.parse_args(argv)
-    progress = sys.stderr.isatty() if args.progress is None else args.progress
-
-    def body() -> int:
-        trained = train_bpe_files(
-            args.inputs,
-            args.output_dir,
-            num_merges=args.num_merges,
-            min_frequency=args.min_frequency,
-            dict_from=args.dict_from,
-            padding_factor=args.padding_factor,
-            workers=args.workers,
-            force=args.force,
-            progress=progress,
-        )
-        print(
-            f"learned {trained.num_merges} merges ({trained.vocab_size} tokens); dict.txt has "
-            f"{trained.dict_size} rows; wrote {trained.encoder_json}, {trained.vocab_bpe}, {trained.dict_txt}",
-            file=sys.stderr,
-        )
-        return 0
-
-    return run_command(prog, body)

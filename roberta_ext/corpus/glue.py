@@ -35,11 +35,14 @@ error, none is written. The BPE is OpenAI's GPT-2 BPE from the download cache
 the three files of ``--bpe-dir``. fairseq must be installed: it does the binarizing, as in the
 script (:mod:`roberta_ext.corpus.binarize`: one ``python`` process runs fairseq-preprocess's
 ``cli_main`` once per column of every task, so fairseq's import, seconds long, is paid once).
+
+The same knowledge serves predictions: :func:`glue_layout` is how ``roberta-ext predict
+--glue-task`` reads a task's file (the script's columns and header lines), :attr:`GlueTask.metrics`
+what the task is scored by, :data:`GLUE_REGRESSION_SCALE` STS-B's factor.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
@@ -59,17 +62,20 @@ from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.gpt2_bpe import GPT2BPE
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
 from .bpe import OUTPUT_NAMES, _encode_chunk
-from .commands import positive_int, run_command
-from .pool import DEFAULT_WORKERS, OrderedRunner
+from .pool import OrderedRunner
 from .reading import CorpusError, InputFile, read_chunks
+from .rows import Columns
 
 __all__ = [
     "TASKS",
     "GlueStats",
     "GlueTask",
     "awk_number",
+    "GLUE_REGRESSION_SCALE",
+    "GlueLayout",
+    "glue_layout",
     "glue_preprocess",
-    "glue_preprocess_main",
+    "glue_split",
     "resolve_bpe_files",
     "resolve_tasks",
 ]
@@ -96,6 +102,9 @@ class GlueTask:
     """QQP: ``train``/``dev`` rows without exactly this many columns are dropped (``awk NF==6``)."""
     regression: bool = False
     """STS-B: the labels are scores, divided by 5 and written as text instead of binarized."""
+    metrics: tuple[str, ...] = ("accuracy",)
+    """What GLUE scores the task by (``roberta-ext predict --glue-task`` prints them; accuracy is
+    printed for every classification task): names of :data:`roberta_ext.metrics.METRICS`."""
 
     def inputs_of(self, stem: str) -> tuple[int, ...]:
         """The text columns of the file ``stem``.
@@ -130,7 +139,14 @@ _MNLI_SPLITS = (
 TASKS: dict[str, GlueTask] = {
     task.name: task
     for task in (  # the script's order for ALL, and its column numbers
-        GlueTask(name="QQP", input_columns=(4, 5), test_input_columns=(2, 3), label_column=6, exact_columns=6),
+        GlueTask(
+            name="QQP",
+            input_columns=(4, 5),
+            test_input_columns=(2, 3),
+            label_column=6,
+            exact_columns=6,
+            metrics=("accuracy", "f1"),
+        ),
         GlueTask(
             name="MNLI",
             input_columns=(9, 10),
@@ -140,11 +156,27 @@ TASKS: dict[str, GlueTask] = {
             splits=_MNLI_SPLITS,
         ),
         GlueTask(name="QNLI", input_columns=(2, 3), test_input_columns=(2, 3), label_column=4),
-        GlueTask(name="MRPC", input_columns=(4, 5), test_input_columns=(4, 5), label_column=1),
+        GlueTask(
+            name="MRPC", input_columns=(4, 5), test_input_columns=(4, 5), label_column=1, metrics=("accuracy", "f1")
+        ),
         GlueTask(name="RTE", input_columns=(2, 3), test_input_columns=(2, 3), label_column=4),
-        GlueTask(name="STS-B", input_columns=(8, 9), test_input_columns=(8, 9), label_column=10, regression=True),
+        GlueTask(
+            name="STS-B",
+            input_columns=(8, 9),
+            test_input_columns=(8, 9),
+            label_column=10,
+            regression=True,
+            metrics=("pearson", "spearman"),
+        ),
         GlueTask(name="SST-2", input_columns=(1,), test_input_columns=(2,), label_column=2),
-        GlueTask(name="CoLA", input_columns=(4,), test_input_columns=(2,), label_column=2, headerless=("train", "dev")),
+        GlueTask(
+            name="CoLA",
+            input_columns=(4,),
+            test_input_columns=(2,),
+            label_column=2,
+            headerless=("train", "dev"),
+            metrics=("accuracy", "mcc"),
+        ),
     )
 }
 """The script's tasks by its names, in the order ``ALL`` processes them."""
@@ -558,80 +590,44 @@ _PREPROCESS_REPORT = re.compile(
 )
 
 
-def glue_preprocess_main(argv: Sequence[str] | None = None) -> int:
-    """``roberta-ext glue-preprocess``: GLUE's TSV folders -> ``<TASK>-bin/``, as fairseq's
-    ``preprocess_GLUE_tasks.sh``.
+# ------------------------------------------------------------- reading a GLUE file to predict
 
-    >>> glue_preprocess_main(["glue_data", "RTE", "--destdir", "."])  # doctest: +SKIP
-    0
+GLUE_REGRESSION_SCALE = 5.0
+"""``preprocess_GLUE_tasks.sh`` divides STS-B's 0-5 scores by 5 for training, so a model
+fine-tuned on them predicts score / 5; GLUE's submission wants the 0-5 score back."""
+
+
+def glue_split(path: str | os.PathLike[str]) -> str:
+    """``train``, ``dev`` or ``test``, from a GLUE file's name as the script tells them apart
+    (``test*`` files have no label; MNLI's are ``test_matched.tsv`` and ``test_mismatched.tsv``).
+
+    >>> glue_split("glue_data/MNLI/test_matched.tsv"), glue_split("RTE/dev.tsv"), glue_split("train.tsv")
+    ('test', 'dev', 'train')
     """
-    prog = "roberta-ext glue-preprocess"
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Prepare GLUE tasks for fine-tuning as fairseq's examples/roberta/preprocess_GLUE_tasks.sh does, with "
-            "byte-identical output: DESTDIR/<TASK>-bin/{input0,input1,label} (input1 for pair tasks only), "
-            "binarized by fairseq-preprocess; STS-B's scores divided by 5 in label/{train,valid}.label. Reads "
-            "GLUE_DIR/<TASK>/{train,dev,test}.tsv (MNLI: train, dev_matched, dev_mismatched, test_matched, "
-            "test_mismatched), as download_glue_data.py writes them; splits become train, valid (valid1), test "
-            "(test1). As in the script, QQP's train and dev rows without exactly 6 tab-separated columns are "
-            "dropped (and reported). Any other row that lacks a column the task reads, or holds an empty label, a "
-            "label with a space, a dev label train lacks, a score that is not a number, text that is not UTF-8 or a "
-            "carriage return inside a field, is an error naming the file and line. Every file is checked before "
-            "the slow work; the <TASK>-bin folders appear when all tasks are done, and after an error none is "
-            "written."
-        ),
-        epilog=(
-            "example: roberta-ext glue-preprocess glue_data RTE --destdir .; then fairseq-hydra-train "
-            "--config-dir roberta_ext/config/finetuning --config-name rte task.data=RTE-bin "
-            "checkpoint.restore_file=roberta.base/model.pt common.user_dir=$PWD/roberta_ext"
-        ),
-    )
-    parser.add_argument("glue_dir", metavar="GLUE_DIR", type=Path, help="the folder download_glue_data.py wrote")
-    parser.add_argument(
-        "tasks",
-        nargs="+",
-        metavar="TASK",
-        help=f"{', '.join(TASKS)}, or ALL (every task); any case (rte, sts-b)",
-    )
-    parser.add_argument(
-        "--destdir", required=True, type=Path, metavar="DIR", help="where <TASK>-bin folders are written"
-    )
-    parser.add_argument(
-        "--bpe-dir",
-        type=Path,
-        metavar="DIR",
-        help="a folder holding encoder.json, vocab.bpe and dict.txt (default: OpenAI's GPT-2 BPE files, downloaded "
-        "once into the cache, $ROBERTA_EXT_CACHE; ROBERTA_EXT_OFFLINE=1 forbids the download)",
-    )
-    parser.add_argument(
-        "--workers",
-        type=positive_int,
-        default=DEFAULT_WORKERS,
-        metavar="N",
-        help=f"BPE processes, and fairseq-preprocess --workers (default: {DEFAULT_WORKERS})",
-    )
-    parser.add_argument("--force", action="store_true", help="replace existing <TASK>-bin folders")
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="show a progress bar on stderr (default: when stderr is a terminal)",
-    )
-    args = parser.parse_args(argv)
-    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    name = Path(path).name
+    return "test" if name.startswith("test") else "train" if name.startswith("train") else "dev"
 
-    def body() -> int:
-        glue_preprocess(
-            args.glue_dir,
-            args.tasks,
-            args.destdir,
-            bpe_dir=args.bpe_dir,
-            workers=args.workers,
-            force=args.force,
-            progress=progress,
-            log=sys.stderr,
-        )
-        return 0
 
-    return run_command(prog, body)
+@dataclass(frozen=True)
+class GlueLayout:
+    """How to read one GLUE file (:class:`~roberta_ext.corpus.rows.RowReader`): 0-based columns,
+    a header line or not, and (QQP's train and dev files) the number of fields a row must have."""
+
+    columns: Columns
+    header: bool
+    exact_fields: int | None
+
+
+def glue_layout(task: GlueTask, split: str) -> GlueLayout:
+    """The layout fairseq's ``preprocess_GLUE_tasks.sh`` reads a task's ``split`` file with
+    (its ``cut -f`` columns minus one).
+
+    >>> glue_layout(TASKS["RTE"], "dev")
+    GlueLayout(columns=Columns(texts=('1', '2'), label='3'), header=True, exact_fields=None)
+    >>> glue_layout(TASKS["CoLA"], "test").columns, glue_layout(TASKS["CoLA"], "dev").header
+    (Columns(texts=('1',), label=None), False)
+    """
+    label = task.label_of(split)
+    columns = Columns(tuple(str(c - 1) for c in task.inputs_of(split)), None if label is None else str(label - 1))
+    exact = task.exact_columns if split != "test" else None
+    return GlueLayout(columns, split not in task.headerless, exact)

@@ -33,7 +33,6 @@ appears whole or not at all (:func:`roberta_ext._io.atomic_directory`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -47,7 +46,6 @@ from tqdm import tqdm
 
 from .._io import atomic_directory
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
-from .commands import positive_int, run_command
 from .reading import CorpusError
 from .tokenize import TokenWriter
 
@@ -58,11 +56,11 @@ __all__ = [
     "ChoiceExample",
     "ChoiceStats",
     "prepare_multiple_choice",
-    "prepare_multiple_choice_main",
     "read_commonsense_qa",
     "read_examples",
     "read_jsonl",
     "read_race",
+    "read_splits",
 ]
 
 FORMATS = ("jsonl", "commonsense_qa", "race")
@@ -281,6 +279,7 @@ def prepare_multiple_choice(
     workers: int = 1,
     force: bool = False,
     log: IO[str] | None = None,
+    progress: bool = False,
 ) -> ChoiceStats:
     """Write ``--task roberta_ext_multiple_choice`` data from examples.
 
@@ -289,7 +288,7 @@ def prepare_multiple_choice(
     model's ``dict.txt``. Writes ``text/{split}.input{i}`` (BPE ids), ``label/{split}.label``
     and, unless ``text_only``, ``input0/`` ... ``inputN/`` through ``fairseq-preprocess``; all in
     a temporary folder that becomes ``output_dir`` at the end (an existing one is replaced only
-    with ``force``).
+    with ``force``). ``progress`` shows progress bars on stderr.
 
     >>> prepare_multiple_choice(TokenWriter("gpt2", encoder_json="encoder.json", vocab_bpe="vocab.bpe"),
     ...     "dict.txt", {"train": read_jsonl("train.jsonl")}, "mc-bin")  # doctest: +SKIP
@@ -319,9 +318,7 @@ def prepare_multiple_choice(
             outputs = [open(building / "text" / f"{split}.{column}", "w", encoding="utf-8") for column in columns]
             context_cache: dict[str, list[str]] = {}  # RACE repeats an article for each of its questions
             try:
-                for example in tqdm(
-                    examples, desc=f"encode {split}", disable=log is None or not log.isatty(), file=sys.stderr
-                ):
+                for example in tqdm(examples, desc=f"encode {split}", disable=not progress, file=sys.stderr):
                     context = context_cache.get(example.context)
                     if context is None:
                         context = context_cache[example.context] = writer.tokens(example.context)
@@ -358,7 +355,7 @@ def prepare_multiple_choice(
 
         stats.commands = [["fairseq-preprocess", *command] for command in commands(f"{output_dir}/")]
         if not text_only:
-            with tqdm(total=1, desc="binarize", disable=log is None or not log.isatty(), file=sys.stderr) as bar:
+            with tqdm(total=1, desc="binarize", disable=not progress, file=sys.stderr) as bar:
                 # Paths relative to the folder being built.
                 batch = PreprocessBatch("multiple choice", building, commands(""))
                 report = run_fairseq_preprocess([batch])[batch.name]
@@ -377,99 +374,25 @@ def _split_names(splits: Sequence[str]) -> None:
         raise CorpusError(f"test splits must be named {', '.join(expected)} in that order, got {tests}")
 
 
-def prepare_multiple_choice_main(argv: Sequence[str] | None = None) -> int:
-    """``roberta-ext prepare-multiple-choice``: RACE, CommonsenseQA or SWAG-style JSONL ->
-    ``--task roberta_ext_multiple_choice`` data.
+def read_splits(
+    format: str, files: dict[str, str | os.PathLike[str]], input_dir: str | os.PathLike[str] | None = None
+) -> dict[str, list[ChoiceExample]]:
+    """The examples of every split: RACE's from ``input_dir`` (:data:`RACE_SPLITS`), the other
+    formats' from ``files`` (split -> file). ``train`` and ``valid`` need labels; test splits
+    are named ``test``, ``test1``, ... in order.
 
-    >>> prepare_multiple_choice_main(["--format", "race", "--input-dir", "RACE", "--encoder-json", "encoder.json",
-    ...     "--vocab-bpe", "vocab.bpe", "--dict", "dict.txt", "--output-dir", "RACE-bin"])  # doctest: +SKIP
-    0
+    >>> read_splits("race", {}, "RACE")  # doctest: +SKIP
     """
-    prog = "roberta-ext prepare-multiple-choice"
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Make multiple-choice data for fairseq-train --task roberta_ext_multiple_choice (fairseq's "
-            "sentence_ranking layout): OUTPUT/input0 (contexts), OUTPUT/input1..N (choices), binarized by "
-            "fairseq-preprocess with the pretrained dict.txt, and OUTPUT/label/{split}.label. --format jsonl "
-            "reads {context, choices, label} per line; commonsense_qa reads CommonsenseQA's JSONL (Q:/A: "
-            "prefixes, answerKey); race reads the RACE folder as fairseq's preprocess_RACE.py does (splits "
-            "train, valid, test = middle, test1 = high)."
-        ),
-        epilog=(
-            "example: roberta-ext prepare-multiple-choice --format race --input-dir RACE --encoder-json encoder.json "
-            "--vocab-bpe vocab.bpe --dict dict.txt --output-dir RACE-bin; then fairseq-train RACE-bin --user-dir "
-            "roberta_ext --task roberta_ext_multiple_choice --criterion roberta_ext_multiple_choice --num-classes 4 "
-            "--init-token 0 --separator-token 2 --arch roberta_ext_large --restore-file model.pt ..."
-        ),
-    )
-    parser.add_argument("--format", choices=FORMATS, default="jsonl", help="input format (default: jsonl)")
-    for split in SPLITS:
-        parser.add_argument(f"--{split}", metavar="FILE", help=f"the {split} split (jsonl, commonsense_qa)")
-    parser.add_argument("--input-dir", metavar="DIR", help="the RACE folder, with train/, dev/ and test/ (race)")
-    parser.add_argument("--encoder-json", required=True, metavar="FILE", help="GPT-2 encoder.json")
-    parser.add_argument("--vocab-bpe", required=True, metavar="FILE", help="GPT-2 vocab.bpe")
-    parser.add_argument("--dict", required=True, metavar="FILE", help="the pretrained model's dict.txt")
-    parser.add_argument("--output-dir", required=True, type=Path, metavar="DIR", help="folder to write")
-    parser.add_argument(
-        "--text-only", action="store_true", help="write the text files only, and print the fairseq-preprocess commands"
-    )
-    parser.add_argument(
-        "--max-positions",
-        type=positive_int,
-        default=512,
-        metavar="N",
-        help="warn about examples longer than this, <s> and separators included (default: 512)",
-    )
-    parser.add_argument(
-        "--workers", type=positive_int, default=1, metavar="N", help="fairseq-preprocess workers (default: 1)"
-    )
-    parser.add_argument("--force", action="store_true", help="replace an existing --output-dir")
-    args = parser.parse_args(argv)
-    files = {split: getattr(args, split) for split in SPLITS if getattr(args, split)}
-    if args.format == "race":
-        if args.input_dir is None or files:
-            parser.error("--format race reads --input-dir (and no --train/--valid/--test)")
-    elif args.input_dir is not None or not files:
-        parser.error(f"--format {args.format} reads --train, --valid and/or --test (not --input-dir)")
-
-    def body() -> int:
-        writer = TokenWriter("gpt2", encoder_json=args.encoder_json, vocab_bpe=args.vocab_bpe)
-        if args.format == "race":
-            splits = {split: read_race(args.input_dir, set_type) for split, set_type in RACE_SPLITS.items()}
-        else:
-            splits = {split: read_examples(args.format, path) for split, path in files.items()}
-            for split in ("train", "valid"):
-                if split in splits and splits[split][0].label is None:
-                    raise CorpusError(f"{files[split]}: the {split} split needs labels")
-        _split_names(list(splits))
-        stats = prepare_multiple_choice(
-            writer,
-            args.dict,
-            splits,
-            args.output_dir,
-            text_only=args.text_only,
-            max_positions=args.max_positions,
-            workers=args.workers,
-            force=args.force,
-            log=sys.stderr,
-        )
-        counts = ", ".join(f"{split} {n}" for split, n in stats.examples.items())
-        print(
-            f"{counts} examples of {stats.num_choices} choices; {stats.tokens} tokens -> {args.output_dir}",
-            file=sys.stderr,
-        )
-        if stats.too_long:
-            print(
-                f"warning: {stats.too_long} examples have a candidate longer than {args.max_positions} tokens (first: "
-                f"{stats.first_too_long}); train with --shorten-method truncate (and --max-option-length) to cut "
-                "them, or fairseq skips them in training and refuses them in validation",
-                file=sys.stderr,
-            )
-        if args.text_only:
-            print("now run:", file=sys.stderr)
-            for command in stats.commands:
-                print("  " + " ".join(command), file=sys.stderr)
-        return 0
-
-    return run_command(prog, body)
+    if format == "race":
+        if input_dir is None or files:
+            raise CorpusError("the race format reads a RACE folder (and no --train/--valid/--test files)")
+        splits = {split: read_race(input_dir, set_type) for split, set_type in RACE_SPLITS.items()}
+    else:
+        if input_dir is not None or not files:
+            raise CorpusError(f"the {format} format reads --train, --valid and/or --test files (not a folder)")
+        splits = {split: read_examples(format, path) for split, path in files.items()}
+        for split in ("train", "valid"):
+            if split in splits and splits[split][0].label is None:
+                raise CorpusError(f"{files[split]}: the {split} split needs labels")
+    _split_names(list(splits))
+    return splits

@@ -15,11 +15,9 @@ succeeded (:func:`roberta_ext._io.atomic_directory`); errors name the file and l
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -30,9 +28,8 @@ from .._io import atomic_directory
 from ..data.tagging import IGNORE_LABEL
 from ..inputs import word_pieces
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
-from .commands import positive_int, run_command
 from .reading import CorpusError, InputFile
-from .tokenize import TOKENIZERS, UNK, TokenWriter, join_tokens
+from .tokenize import UNK, TokenWriter, join_tokens
 
 __all__ = [
     "IGNORE_LABEL",
@@ -40,7 +37,6 @@ __all__ = [
     "TaggedSentence",
     "TagStats",
     "prepare_tagging",
-    "prepare_tagging_main",
     "read_conll",
 ]
 
@@ -149,6 +145,7 @@ def prepare_tagging(
     workers: int = 1,
     force: bool = False,
     log: IO[str] | None = None,
+    progress: bool = False,
 ) -> TagStats:
     """Write ``--task roberta_ext_token_classification`` data from CoNLL-style files.
 
@@ -158,7 +155,7 @@ def prepare_tagging(
     and ``output_dir/label`` through ``fairseq-preprocess``. The labels are ordered by their
     count in ``train`` (then by name); labels seen only in other splits come last, with a
     warning. Everything is built in a temporary folder that becomes ``output_dir`` at the end;
-    an existing ``output_dir`` is replaced only with ``force``.
+    an existing ``output_dir`` is replaced only with ``force``. ``progress`` shows progress bars on stderr.
 
     >>> prepare_tagging(TokenWriter("wordpiece", model="vocab.txt"), "data-bin/dict.txt",
     ...                 {"train": "train.conll", "valid": "dev.conll"}, "ner-bin")  # doctest: +SKIP
@@ -214,9 +211,7 @@ def prepare_tagging(
                     stats.words_without_tokens += not pieces
                     return pieces
 
-                for sentence in tqdm(
-                    sentences, desc=f"tokenize {split}", disable=log is None or not log.isatty(), file=sys.stderr
-                ):
+                for sentence in tqdm(sentences, desc=f"tokenize {split}", disable=not progress, file=sys.stderr):
                     # A word is labelled at its first sub-word: the rule the hub's tag() predicts
                     # by (ModelInputs.encode_words), from the same function.
                     tokens, firsts = word_pieces(sentence.words, count_empty, UNK)
@@ -254,102 +249,3 @@ def prepare_tagging(
                         print(f"{column}/{Path(path).stem}: {report}", file=log)
                 (building / column / "preprocess.log").unlink(missing_ok=True)  # it names the temporary folder
     return stats
-
-
-def prepare_tagging_main(argv: Sequence[str] | None = None) -> int:
-    """``roberta-ext prepare-tagging``: CoNLL-style files -> ``--task roberta_ext_token_classification`` data.
-
-    >>> prepare_tagging_main(["--tokenizer", "wordpiece", "--model", "vocab.txt", "--dict", "bin/dict.txt",
-    ...                       "--train", "train.conll", "--valid", "dev.conll",
-    ...                       "--output-dir", "ner-bin"])  # doctest: +SKIP
-    0
-    """
-    prog = "roberta-ext prepare-tagging"
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Make token-classification data for fairseq-train --task roberta_ext_token_classification from files of "
-            "'word<TAB>label' lines (or whitespace-separated columns: first = word, last = label), a blank line "
-            "between sentences. Each word is tokenized on its own; its label goes on its first sub-word and "
-            "<pad> (ignored) on the others. Writes OUTPUT/input0 and OUTPUT/label (binarized by "
-            "fairseq-preprocess) and their text in OUTPUT/text."
-        ),
-        epilog=(
-            "example: roberta-ext prepare-tagging --tokenizer wordpiece --model vocab.txt --dict data-bin/dict.txt "
-            "--train train.conll --valid dev.conll --output-dir ner-bin; then fairseq-train ner-bin --user-dir "
-            "roberta_ext --task roberta_ext_token_classification --criterion roberta_ext_token_classification "
-            "--arch bert_ext_base "
-            "--restore-file pretrained.pt ..."
-        ),
-    )
-    parser.add_argument(
-        "--tokenizer",
-        required=True,
-        choices=TOKENIZERS,
-        help="gpt2 (RoBERTa: --encoder-json, --vocab-bpe), wordpiece (BERT: --model vocab.txt) or "
-        "sentencepiece (ALBERT: --model spiece.model)",
-    )
-    parser.add_argument("--model", metavar="FILE", help="vocab.txt or spiece.model")
-    parser.add_argument("--encoder-json", metavar="FILE", help="GPT-2 encoder.json")
-    parser.add_argument("--vocab-bpe", metavar="FILE", help="GPT-2 vocab.bpe")
-    parser.add_argument("--cased", action="store_true", help="keep the case (default: lowercase, as uncased models)")
-    parser.add_argument("--dict", required=True, metavar="FILE", help="the pretrained model's dict.txt")
-    for split in SPLITS:
-        parser.add_argument(f"--{split}", metavar="FILE", required=split == "train", help=f"the {split} split")
-    parser.add_argument("--output-dir", required=True, type=Path, metavar="DIR", help="folder to write")
-    parser.add_argument(
-        "--text-only", action="store_true", help="write the text files only, and print the fairseq-preprocess commands"
-    )
-    parser.add_argument(
-        "--max-positions",
-        type=positive_int,
-        default=512,
-        metavar="N",
-        help="warn about sentences longer than this, <s> and </s> included (default: 512)",
-    )
-    parser.add_argument(
-        "--workers", type=positive_int, default=1, metavar="N", help="fairseq-preprocess workers (default: 1)"
-    )
-    parser.add_argument("--force", action="store_true", help="replace an existing --output-dir")
-    args = parser.parse_args(argv)
-
-    def body() -> int:
-        writer = TokenWriter(
-            args.tokenizer, model=args.model, encoder_json=args.encoder_json, vocab_bpe=args.vocab_bpe, cased=args.cased
-        )
-        splits = {split: getattr(args, split) for split in SPLITS if getattr(args, split)}
-        stats = prepare_tagging(
-            writer,
-            args.dict,
-            splits,
-            args.output_dir,
-            text_only=args.text_only,
-            max_positions=args.max_positions,
-            workers=args.workers,
-            force=args.force,
-            log=sys.stderr,
-        )
-        counts = ", ".join(f"{split} {n}" for split, n in stats.sentences.items())
-        print(
-            f"{counts} sentences; {stats.words} words -> {stats.tokens} tokens; {len(stats.labels)} labels: "
-            f"{' '.join(stats.labels[:20])}{' ...' if len(stats.labels) > 20 else ''}",
-            file=sys.stderr,
-        )
-        if stats.docstarts:
-            print(f"skipped {stats.docstarts} -DOCSTART- lines", file=sys.stderr)
-        if stats.words_without_tokens:
-            print(f"{stats.words_without_tokens} words had no token and were written as <unk>", file=sys.stderr)
-        if stats.too_long:
-            print(
-                f"warning: {stats.too_long} sentences are longer than {args.max_positions} tokens (first: "
-                f"{stats.first_too_long}); fairseq-train refuses them unless "
-                "--skip-invalid-size-inputs-valid-test",
-                file=sys.stderr,
-            )
-        if args.text_only:
-            print("now run:", file=sys.stderr)
-            for command in stats.commands:
-                print("  " + " ".join(command), file=sys.stderr)
-        return 0
-
-    return run_command(prog, body)

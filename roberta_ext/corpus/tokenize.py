@@ -24,7 +24,6 @@ errors name the file and line. Lines are read as ``bpe-encode`` reads them
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections import Counter
@@ -35,7 +34,6 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from .._io import AtomicFiles
-from .commands import positive_int, run_command
 from .pool import OrderedRunner
 from .reading import Chunk, CorpusError, InputFile, UndecodableLine, decode_row, read_chunks, total_size
 
@@ -50,7 +48,6 @@ __all__ = [
     "TokenWriter",
     "join_tokens",
     "tokenize_files",
-    "tokenize_main",
 ]
 
 TOKENIZERS = ("gpt2", "wordpiece", "sentencepiece", "xlmr_sentencepiece")
@@ -294,103 +291,3 @@ def tokenize_files(
         for source in sources:
             source.close()
     return total
-
-
-def tokenize_main(argv: Sequence[str] | None = None) -> int:
-    """``roberta-ext tokenize``: WordPiece or SentencePiece tokens per line, for fairseq-preprocess.
-
-    >>> tokenize_main(["--tokenizer", "wordpiece", "--model", "vocab.txt",
-    ...                "--inputs", "train.txt", "--outputs", "train.tok"])  # doctest: +SKIP
-    0
-    """
-    prog = "roberta-ext tokenize"
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Tokenize text files with BERT's WordPiece (vocab.txt), ALBERT's SentencePiece (spiece.model) or "
-            "XLM-R's SentencePiece (sentencepiece.bpe.model): "
-            "one output line of space-separated tokens per input line, the input of fairseq-preprocess "
-            "--only-source. Empty lines are kept (they separate documents for "
-            "--task roberta_ext_sentence_pair_mlm); "
-            "unknown tokens are written as fairseq's <unk>. Outputs appear only when the whole run succeeded."
-        ),
-        epilog=(
-            "example: roberta-ext tokenize --tokenizer wordpiece --model vocab.txt --inputs train.txt valid.txt "
-            "--outputs train.tok valid.tok; then fairseq-preprocess --only-source --trainpref train.tok "
-            "--validpref valid.tok --destdir data-bin"
-        ),
-    )
-    parser.add_argument(
-        "--tokenizer",
-        required=True,
-        choices=PIECE_TOKENIZERS,
-        help="wordpiece (BERT, --model vocab.txt), sentencepiece (ALBERT, --model spiece.model) or "
-        "xlmr_sentencepiece (XLM-R, --model sentencepiece.bpe.model: fairseq's --bpe sentencepiece)",
-    )
-    parser.add_argument(
-        "--model", required=True, metavar="FILE", help="vocab.txt, spiece.model or sentencepiece.bpe.model"
-    )
-    parser.add_argument(
-        "--cased",
-        action="store_true",
-        help="keep the case (default: lowercase, as uncased models; xlmr_sentencepiece never lowercases)",
-    )
-    parser.add_argument(
-        "--dict-out",
-        metavar="FILE",
-        help="xlmr_sentencepiece only: also write XLM-R's dict.txt here, every piece of the model in its order "
-        "with its count in the outputs; fairseq-preprocess --srcdict FILE then gives the model XLM-R's indices "
-        "(those of transformers' XLMRobertaTokenizer, so that the trained model exports to transformers)",
-    )
-    parser.add_argument(
-        "--inputs",
-        nargs="+",
-        required=True,
-        metavar="FILE",
-        help="text files to tokenize, each on its own: SEPARATE files, which may have any "
-        "numbers of lines (unlike 'roberta-ext bpe-encode', whose --inputs are parallel "
-        "columns of one corpus, as in fairseq)",
-    )
-    parser.add_argument(
-        "--outputs", nargs="+", required=True, metavar="FILE", help="one output per input, in the same order"
-    )
-    parser.add_argument(
-        "--workers",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="processes that tokenize; 1 runs in this process (default: 1)",
-    )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="show a progress bar on stderr (default: when stderr is a terminal)",
-    )
-    args = parser.parse_args(argv)
-    if len(args.inputs) != len(args.outputs):
-        parser.error(
-            f"number of input and output paths should match: {len(args.inputs)} inputs, {len(args.outputs)} outputs"
-        )
-    progress = sys.stderr.isatty() if args.progress is None else args.progress
-    if args.dict_out is not None and args.tokenizer != "xlmr_sentencepiece":
-        parser.error("--dict-out writes XLM-R's dict.txt: it needs --tokenizer xlmr_sentencepiece")
-
-    def body() -> int:
-        writer = TokenWriter(args.tokenizer, model=args.model, cased=args.cased)
-        stats = tokenize_files(
-            writer, args.inputs, args.outputs, workers=args.workers, progress=progress, dict_out=args.dict_out
-        )
-        message = (
-            f"tokenized {stats.lines} lines ({stats.empty} empty) into {stats.tokens} tokens, "
-            f"{stats.unknown} of them <unk>"
-        )
-        if stats.no_tokens:
-            message += (
-                f"; {stats.no_tokens} lines had text but no token and were written as <unk> "
-                f"(first: {stats.first_without_tokens})"
-            )
-        print(message, file=sys.stderr)
-        return 0
-
-    return run_command(prog, body)

@@ -8,8 +8,9 @@
   sort by length, batch by a token budget, encode, pool;
 * :mod:`~roberta_ext.embedding.files` — ``.npy`` and safetensors files of embeddings, written
   a row block at a time;
-* :mod:`~roberta_ext.embedding.command` — ``roberta-ext embed``: files of texts to embedding
-  files, streaming, resumable and sharded.
+* :mod:`~roberta_ext.embedding.stream` — what ``roberta-ext embed`` runs: files of texts to
+  embedding files, streaming, resumable and sharded (:mod:`~roberta_ext.embedding.locking`: one
+  writer per output).
 
 >>> from roberta_ext.embedding import POOLING_MODES
 >>> POOLING_MODES[:3]

@@ -30,7 +30,6 @@ quantize the ONNX file with onnxruntime's tools. See docs/export.md.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -48,8 +47,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .._io import AtomicFiles
-from ..corpus.commands import run_command
-from ..embedding.pooling import POOLING_MODES, check_modes, pool
+from ..embedding.pooling import check_modes, pool
 from ..head_outputs import classify
 from ..inputs import ServedModel, extract_features
 from .int8 import Int8Linear, PerTensorInt8Linear
@@ -59,8 +57,8 @@ __all__ = [
     "MODEL_POOLING",
     "ExportCheckError",
     "ServingModule",
+    "SUFFIXES",
     "example_inputs",
-    "export_main",
     "export_program",
     "hub_outputs",
     "to_onnx",
@@ -68,6 +66,8 @@ __all__ = [
 ]
 
 FORMATS = ("onnx", "torch-export")
+SUFFIXES = {".onnx": "onnx", ".pt2": "torch-export"}
+"""The format a file's suffix names: ``roberta-ext export`` writes ``y.pt2`` with torch.export."""
 MODEL_POOLING = "model"
 """``pooling=MODEL_POOLING``: the hub's own pooling and normalisation, what ``hub.embed`` does by default."""
 CHECK_TOLERANCE = 1e-4
@@ -344,20 +344,22 @@ def to_onnx(
     attention_mask: bool = True,
     opset: int | None = None,
     check: bool = True,
+    progress: bool = False,
 ) -> Path:
     """Write ``hub``'s model as an ONNX file at ``path``: its features, the logits of the head
     ``head``, or embeddings pooled by ``pooling`` (see :class:`ServingModule` and the module's
     docstring for the inputs and outputs; ``opset`` default: the exporter's). Needs ``onnx`` and
     ``onnxscript`` (``pip install roberta_ext[export]``). ``check`` (needs ``onnxruntime``) runs
     the written file on a padded batch of another size than the one the graph was traced with,
-    and gives it its name only if it equals the hub's outputs. Returns ``path``.
+    and gives it its name only if it equals the hub's outputs. ``progress`` shows the steps as a
+    progress bar on stderr. Returns ``path``.
 
     >>> roberta.export_onnx("model.onnx", pooling="mean")              # doctest: +SKIP
     PosixPath('model.onnx')
     """
     destination = Path(path)
     serving = ServingModule(hub, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask)
-    with tqdm(total=3 if check else 2, desc=f"export {destination.name}", unit="step", leave=False) as bar:
+    with _steps(destination, check, progress) as bar:
         # The module itself, not a torch.export program: given the module and its dynamic
         # shapes, the exporter names the axes "batch" and "sequence" (from a program: s0, s1).
         with _quiet_exporter(), _eval_mode(serving), torch.no_grad():
@@ -381,6 +383,18 @@ def to_onnx(
                 bar.update()
             commit()
     return destination
+
+
+def _steps(destination: Path, check: bool, progress: bool) -> tqdm:
+    """The export's steps (trace, save, check) as a progress bar on stderr, shown only with ``progress``."""
+    return tqdm(
+        total=3 if check else 2,
+        desc=f"export {destination.name}",
+        unit="step",
+        leave=False,
+        disable=not progress,
+        file=sys.stderr,
+    )
 
 
 def _check_batch(hub: ServedModel) -> tuple[torch.Tensor, torch.Tensor]:
@@ -410,19 +424,21 @@ def to_torch_export(
     normalize: bool | None = None,
     attention_mask: bool = True,
     check: bool = True,
+    progress: bool = False,
 ) -> Path:
     """Write ``hub``'s model as a ``torch.export`` program (``torch.export.save``) at ``path``,
     conventionally ``*.pt2``, with the arguments, inputs and output of :func:`to_onnx`:
     ``torch.export.load(path).module()(input_ids, attention_mask)`` runs it
     (``attention_mask=False``: ``module()(input_ids)``). ``check`` loads the written file back
-    and runs it on a padded batch before it takes its name. Returns ``path``.
+    and runs it on a padded batch before it takes its name. ``progress``: as :func:`to_onnx`'s.
+    Returns ``path``.
 
     >>> roberta.export_torch("model.pt2")                              # doctest: +SKIP
     PosixPath('model.pt2')
     """
     destination = Path(path)
     serving = ServingModule(hub, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask)
-    with tqdm(total=3 if check else 2, desc=f"export {destination.name}", unit="step", leave=False) as bar:
+    with _steps(destination, check, progress) as bar:
         program = _program(serving, hub)
         bar.update()
         with _staged(destination) as (staged, commit):
@@ -437,113 +453,3 @@ def to_torch_export(
                 bar.update()
             commit()
     return destination
-
-
-# ---------------------------------------------------------------------------- the command
-
-
-def export_main(argv: Sequence[str] | None = None) -> int:
-    """``roberta-ext export``: a model to an ONNX file or a torch.export ``.pt2`` file.
-
-    >>> export_main(["checkpoints", "--checkpoint-file", "checkpoint_best.pt", "--format", "onnx",
-    ...              "--pooling", "mean", "--output", "model.onnx"])        # doctest: +SKIP
-    0
-    """
-    prog = "roberta-ext export"
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Export a model's encoder (its features), one of its heads (--head: logits) or a pooled sentence "
-            "embedding (--pooling) to ONNX, for onnxruntime, or to a torch.export program (.pt2). Inputs: "
-            "input_ids (int64, batch x sequence, padded with <pad>) and attention_mask (int64, 1 on real tokens; a "
-            "position is padding where it is 0 or the id is <pad>); both axes are dynamic. The file is run on a "
-            "padded batch and compared with the model before it is written, and is written whole or not at all."
-        ),
-        epilog=(
-            "example: roberta-ext export checkpoints --checkpoint-file checkpoint_best.pt --format onnx "
-            "--output model.onnx; then onnxruntime.InferenceSession('model.onnx').run(None, {'input_ids': ids, "
-            "'attention_mask': mask})"
-        ),
-    )
-    parser.add_argument("model", metavar="MODEL", help="the model folder (or a name or archive from_pretrained takes)")
-    parser.add_argument(
-        "--checkpoint-file", default="model.pt", metavar="FILE", help="checkpoint in MODEL (default: model.pt)"
-    )
-    parser.add_argument(
-        "--data-name-or-path",
-        default=".",
-        metavar="DIR",
-        help="folder with dict.txt (or input0/ and label/); a path starting with '.' is relative to MODEL (default: .)",
-    )
-    parser.add_argument("--format", choices=FORMATS, default="onnx", help="onnx (default) or torch-export (.pt2)")
-    parser.add_argument("--output", required=True, type=Path, metavar="FILE", help="file to write")
-    outputs = parser.add_mutually_exclusive_group()
-    outputs.add_argument("--head", metavar="NAME", help="output this classification or token head's logits")
-    outputs.add_argument(
-        "--pooling",
-        metavar="MODE[,MODE]",
-        help=f"output sentence embeddings pooled over the real tokens as hub.embed pools: {', '.join(POOLING_MODES)} "
-        f"(several, comma-separated, are concatenated), or '{MODEL_POOLING}': the model's own (a "
-        "sentence-transformers folder's pooling and normalisation; else mean)",
-    )
-    parser.add_argument(
-        "--normalize",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="L2-normalise the embeddings (default: as the model does with --pooling model, else not)",
-    )
-    parser.add_argument(
-        "--no-attention-mask",
-        dest="attention_mask",
-        action="store_false",
-        help="the graph takes input_ids alone; padding is where the id is <pad> (fairseq's rule)",
-    )
-    parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset (default: the exporter's)")
-    parser.add_argument("--no-check", dest="check", action="store_false", help="write without comparing outputs")
-    parser.add_argument("--force", action="store_true", help="replace an existing --output")
-
-    tokenizing = parser.add_argument_group("tokenizer files (as from_pretrained takes them)")
-    tokenizing.add_argument("--bpe", help="gpt2, bert (wordpiece) or sentencepiece (default: from the files)")
-    tokenizing.add_argument("--gpt2-encoder-json", metavar="FILE", help="GPT-2 encoder.json")
-    tokenizing.add_argument("--gpt2-vocab-bpe", metavar="FILE", help="GPT-2 vocab.bpe")
-    tokenizing.add_argument("--bpe-vocab-file", metavar="FILE", help="WordPiece vocab.txt")
-    tokenizing.add_argument("--bpe-cased", action="store_true", help="cased WordPiece vocabulary")
-    tokenizing.add_argument("--sentencepiece-model", metavar="FILE", help="SentencePiece model")
-    args = parser.parse_args(argv)
-    if args.opset is not None and args.format != "onnx":
-        parser.error("--opset is for --format onnx")
-
-    def body() -> int:
-        if args.output.exists() and not args.force:
-            raise FileExistsError(f"refusing to overwrite {args.output} (use --force)")
-        from ..loading import from_pretrained
-
-        pooling = args.pooling if args.pooling in (None, MODEL_POOLING) else args.pooling.split(",")
-        options: dict[str, Any] = dict(
-            head=args.head, pooling=pooling, normalize=args.normalize, attention_mask=args.attention_mask
-        )
-        try:
-            hub = from_pretrained(
-                args.model,
-                args.checkpoint_file,
-                args.data_name_or_path,
-                args.bpe,
-                gpt2_encoder_json=args.gpt2_encoder_json,
-                gpt2_vocab_bpe=args.gpt2_vocab_bpe,
-                bpe_vocab_file=args.bpe_vocab_file,
-                bpe_cased=args.bpe_cased,
-                sentencepiece_model=args.sentencepiece_model,
-            )
-            serving = ServingModule(hub, **options)  # a wrong --head or --pooling fails here, before any work
-            if args.format == "onnx":
-                to_onnx(hub, args.output, opset=args.opset, check=args.check, **options)
-            else:
-                to_torch_export(hub, args.output, check=args.check, **options)
-        except (KeyError, ValueError, ExportCheckError) as error:  # CheckpointError is a ValueError
-            message = error.args[0] if isinstance(error, KeyError) and error.args else error
-            print(f"{prog}: error: {message}", file=sys.stderr)
-            return 1
-        print(f"wrote {args.output}: {', '.join(serving.input_names)} -> {serving.output_name}", file=sys.stderr)
-        return 0
-
-    return run_command(prog, body)

@@ -27,13 +27,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from roberta_ext.cli.corpus import bpe_encode_main, train_bpe_main
 from roberta_ext.corpus import (
     CorpusError,
     bpe_encode_files,
-    bpe_encode_main,
     build_fairseq_dictionary,
     reading,
-    train_bpe_main,
 )
 from roberta_ext.tokenizers import GPT2BPE, GPT2BPEFormatError
 from roberta_ext.tokenizers.dictionary import Dictionary
@@ -307,7 +306,7 @@ def test_bpe_encode_parallel_inputs_of_different_lengths(tmp_path, vocab, capsys
 def test_inputs_help_tells_parallel_columns_from_separate_files(capsys):
     """``bpe-encode --inputs a b`` are fairseq's parallel columns, ``tokenize --inputs a b``
     separate files: both --help texts say so, naming the other command."""
-    from roberta_ext.corpus import tokenize_main
+    from roberta_ext.cli.corpus import tokenize_main
 
     for main, meaning, other in (
         (bpe_encode_main, "PARALLEL COLUMNS", "roberta-ext tokenize"),

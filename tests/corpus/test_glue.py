@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from roberta_ext.cli.corpus import glue_preprocess_main
 from roberta_ext.corpus import CorpusError
-from roberta_ext.corpus.glue import TASKS, glue_preprocess, glue_preprocess_main
+from roberta_ext.corpus.glue import TASKS, glue_preprocess
 from tests.peers import needs, require_installed
 
 BIN = Path(sys.executable).parent

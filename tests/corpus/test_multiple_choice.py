@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from roberta_ext.cli.corpus import prepare_multiple_choice_main
 from roberta_ext.corpus import CorpusError
 from roberta_ext.corpus.multiple_choice import (
     RACE_SPLITS,
-    prepare_multiple_choice_main,
     read_commonsense_qa,
     read_jsonl,
     read_race,
@@ -217,6 +217,10 @@ GOOD = json.dumps({"context": "He cut the", "choices": ["bread.", "sky.", "river
         (
             '{"context": "a", "choices": ["b", "c", "d", "e"], "label": 4}',
             "train.jsonl:3: label 4 is out of range for 4",
+        ),
+        (  # -1 often marks an unlabelled row: it is no choice's index (issue 26: a check of `>= len` alone passed it)
+            '{"context": "a", "choices": ["b", "c", "d", "e"], "label": -1}',
+            "train.jsonl:3: label -1 is out of range for 4",
         ),
         ('{"context": "a", "choices": ["b", "c"], "label": 1}', "train.jsonl:3: 2 choices, but .*train.jsonl:1 has 4"),
         ('{"context": "a", "choices": ["b", "c", "d", "e"]', "train.jsonl:3: not valid JSON"),

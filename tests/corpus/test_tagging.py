@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from roberta_ext.corpus import CorpusError, TokenWriter, prepare_tagging, prepare_tagging_main, read_conll
+from roberta_ext.cli.corpus import prepare_tagging_main
+from roberta_ext.corpus import CorpusError, TokenWriter, prepare_tagging, read_conll
 from roberta_ext.tokenizers import GPT2BPE
 
 NAMES = ["Ada", "Alan", "Grace", "Paris", "London", "Berlin", "Kyoto", "Lima", "Oslo", "Turing", "Hopper", "Nile"]

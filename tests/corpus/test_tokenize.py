@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from roberta_ext.corpus.tokenize import tokenize_main
+from roberta_ext.cli.corpus import tokenize_main
 
 
 def test_tokenize_keeps_lines_maps_unknowns_and_names_bad_lines(tmp_path, capsys):

@@ -1,14 +1,15 @@
 """``roberta-ext embed``: every input format, row order, resuming after a kill, shards and merge,
-bad lines, one run per output (the lock, ``--wait``, a killed assembly's temporaries), and
-``--help``. The reference is ``hub.embed`` on the same texts in the same
-process (the command sorts and batches per chunk, so rows agree to float rounding); runs of
-the command with the same chunks agree bit for bit."""
+bad lines, CRLF files, a fairseq-train save dir (``--checkpoint-file``), one run per output (the
+lock, ``--wait``, a killed assembly's temporaries), and ``--help``. The reference is
+``hub.embed`` on the same texts in the same process (the command sorts and batches per chunk,
+so rows agree to float rounding); runs of the command with the same chunks agree bit for bit."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,8 +24,9 @@ import torch
 
 import roberta_ext
 from roberta_ext._io import AtomicFiles
-from roberta_ext.embedding.command import FAIL_AFTER_CHUNKS, Shard, embed_main
+from roberta_ext.cli.embed import main as embed_main
 from roberta_ext.embedding.locking import lock_path, output_lock
+from roberta_ext.embedding.stream import FAIL_AFTER_CHUNKS, Shard
 from roberta_ext.quickstart import stdlib_docstrings
 from tests.conftest import REPO
 from tests.test_hub import make_model_dir
@@ -45,9 +47,10 @@ def hub(model_dir):
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    """Docstrings of mixed lengths (a few words to past the model's 64 positions), an empty one."""
+    """Docstrings of mixed lengths (a few words to past the model's 64 positions), an empty one;
+    stripped, as the command strips every text it reads (corpus/rows.py)."""
     docs = [text for text, _ in stdlib_docstrings()]
-    chosen = [docs[i * 37 % len(docs)][: 20 + (i * 53) % 400] for i in range(ROWS)]
+    chosen = [docs[i * 37 % len(docs)][: 20 + (i * 53) % 400].strip() for i in range(ROWS)]
     chosen[5] = ""
     return chosen
 
@@ -85,10 +88,11 @@ def test_text_file_to_npy_row_i_is_line_i(tmp_path, model_dir, hub, texts):
     assert record["rows"] == record["input_rows"] == ROWS and record["skipped"] == []
     assert record["input"]["path"] == str(source.resolve()) and record["options"]["model"] == str(model_dir)
     assert not (tmp_path / "emb.npy.parts").exists()
-    # The same command again refuses to overwrite; --overwrite gives the same bytes.
+    # The same command again refuses to overwrite; --force (or --overwrite) gives the same bytes.
     assert run(model_dir, "--input", source, "--output", tmp_path / "emb.npy", *CHUNK) == 1
-    assert run(model_dir, "--input", source, "--output", tmp_path / "emb.npy", *CHUNK, "--overwrite") == 0
-    assert np.array_equal(np.load(tmp_path / "emb.npy"), got)
+    for force in ("--force", "--overwrite"):
+        assert run(model_dir, "--input", source, "--output", tmp_path / "emb.npy", *CHUNK, force) == 0
+        assert np.array_equal(np.load(tmp_path / "emb.npy"), got)
 
 
 def test_int8_gives_the_int8_hubs_embeddings(tmp_path, model_dir, hub, texts):
@@ -127,6 +131,64 @@ def test_jsonl_pairs_tsv_columns_and_safetensors(tmp_path, model_dir, hub, texts
     headless = write_lines(tmp_path / "rows2.tsv", [f"{i}\t{t}" for i, t in enumerate(texts)])
     assert run(model_dir, "--input", headless, "--no-header", "--column", "1", "--output", tmp_path / "b.npy") == 0
     np.testing.assert_allclose(np.load(tmp_path / "b.npy"), hub.embed(texts).numpy(), atol=1e-6, rtol=1e-5)
+
+
+def test_crlf_files_embed_as_the_same_lines_without_cr(tmp_path, model_dir, texts):
+    """Windows line ends (a text file, a TSV with a header line) leave no ``\\r`` in a row: the
+    embeddings equal those of the same file with ``\\n`` line ends, bit for bit."""
+    rows = texts[:12]
+    for name, lines, options in (
+        ("texts.txt", rows, []),
+        ("rows.tsv", ["id\tsentence", *(f"{i}\t{t}" for i, t in enumerate(rows))], ["--column", "sentence"]),
+    ):
+        unix, windows = tmp_path / f"unix-{name}", tmp_path / f"windows-{name}"
+        unix.write_bytes("".join(f"{line}\n" for line in lines).encode())
+        windows.write_bytes("".join(f"{line}\r\n" for line in lines).encode())
+        for source in (unix, windows):
+            assert run(model_dir, "--input", source, "--output", tmp_path / f"{source.stem}.npy", *options) == 0
+        assert np.array_equal(
+            np.load(tmp_path / f"windows-{Path(name).stem}.npy"), np.load(tmp_path / f"unix-{Path(name).stem}.npy")
+        )
+        assert receipt(tmp_path / f"windows-{Path(name).stem}.npy")["rows"] == len(rows)
+
+
+def test_texts_are_stripped_as_every_reader_strips_them(tmp_path, model_dir, hub):
+    """Spaces around a text line, a TSV cell or a JSON string are not part of the text (the one
+    stripping rule of corpus/rows.py, which predict follows too)."""
+    texts = ["A dog runs.", "Two cats sleep under a tree.", ""]
+    padded = write_lines(tmp_path / "padded.txt", [f"  {t}\t " for t in texts])
+    assert run(model_dir, "--input", padded, "--output", tmp_path / "a.npy") == 0
+    tsv = write_lines(tmp_path / "padded.tsv", [f"0\t {t} " for t in texts])
+    assert run(model_dir, "--input", tsv, "--column", "1", "--output", tmp_path / "b.npy") == 0  # numbers: no header
+    jsonl = write_lines(tmp_path / "padded.jsonl", [json.dumps({"text": f" {t}\n"}) for t in texts])
+    assert run(model_dir, "--input", jsonl, "--field", "text", "--output", tmp_path / "c.npy") == 0
+    for name in ("a", "b", "c"):
+        np.testing.assert_allclose(np.load(tmp_path / f"{name}.npy"), hub.embed(texts).numpy(), atol=1e-6, rtol=1e-5)
+
+
+def test_a_fairseq_train_save_dir_is_embedded_with_checkpoint_file(tmp_path, model_dir, hub, texts, capsys):
+    """``embed quickstart_out/pretrain`` once failed: ``model.pt`` does not exist there. The
+    model arguments are predict's and export's: --checkpoint-file (and --data-name-or-path)."""
+    save_dir = tmp_path / "pretrain"
+    save_dir.mkdir()
+    shutil.copy(model_dir / "model.pt", save_dir / "checkpoint_best.pt")
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    shutil.copy(model_dir / "dict.txt", data / "dict.txt")
+    for name in ("encoder.json", "vocab.bpe"):
+        shutil.copy(model_dir / name, save_dir / name)
+    source = write_lines(tmp_path / "texts.txt", texts[:8])
+    out = tmp_path / "emb.npy"
+    assert run(save_dir, "--input", source, "--output", out) == 1
+    err = capsys.readouterr().err
+    assert "model.pt' does not exist" in err and "checkpoint_best.pt" in err and "--checkpoint-file" in err
+    options = ("--checkpoint-file", "checkpoint_best.pt", "--data-name-or-path", str(data))
+    assert run(save_dir, *options, "--input", source, "--output", out) == 0
+    np.testing.assert_allclose(np.load(out), hub.embed(texts[:8]).numpy(), atol=1e-6, rtol=1e-5)
+    assert receipt(out)["options"]["loaded_with"] == {
+        "checkpoint_file": "checkpoint_best.pt",
+        "data_name_or_path": str(data),
+    }
 
 
 @pytest.fixture
@@ -213,7 +275,7 @@ def test_bad_lines_name_file_and_line_unless_skipped(tmp_path, model_dir, hub, t
     rows[1], rows[4] = json.dumps({"title": "no text"}), "{not json"
     jsonl = write_lines(tmp_path / "rows.jsonl", rows)
     assert run(model_dir, "--input", jsonl, "--field", "text", "--output", tmp_path / "j.npy") == 1
-    assert f"{jsonl}:2: no field 'text' (fields: title)" in capsys.readouterr().err
+    assert f"{jsonl}:2: no field 'text'; the object has ['title']" in capsys.readouterr().err
     # Skipped lines and shards: the merge puts every row back in its place.
     for i in range(2):
         args = ("--field", "text", "--skip-bad-lines", "--shard", f"{i}/2", "--chunk-rows", "2")
@@ -336,7 +398,7 @@ def test_wait_waits_for_the_other_run_then_resumes_or_refuses(tmp_path, model_di
     # The other run finished the output: --wait then finds it, and refuses it without --overwrite.
     with held_until(out, 0.3):
         assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--wait") == 1
-    assert f"{out} exists; refusing to overwrite it (use --overwrite)" in capsys.readouterr().err
+    assert f"{out} exists; refusing to overwrite it (use --force)" in capsys.readouterr().err
     with held_until(out, 0.3):
         assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--wait", "--overwrite") == 0
     assert not lock_path(out).exists()

@@ -33,7 +33,7 @@ from tests.peers import require
 require("fairseq", "the tests run fairseq-preprocess and fairseq-train")
 
 from roberta_ext.checkpoints.safe_load import load_checkpoint_file
-from roberta_ext.corpus.tokenize import tokenize_main
+from roberta_ext.cli.corpus import tokenize_main
 from roberta_ext.data.sentence_pairs import SentencePairs
 from roberta_ext.fairseq_plugin.sentence_pairs import SentencePairDataset
 from tests.data.test_sentence_pairs import Sentences, make_docs
@@ -284,7 +284,7 @@ def test_bert_pretrains_with_next_sentence_prediction(corpora, bert_pretrained):
 def test_bert_checkpoint_fine_tunes_a_tagger(corpora, bert_pretrained):
     """The documented path: prepare-tagging with the pretraining dictionary, then fine-tuning
     from the pretrained checkpoint (its NSP head is dropped, the token head is new)."""
-    from roberta_ext.corpus.tagging import prepare_tagging_main
+    from roberta_ext.cli.corpus import prepare_tagging_main
 
     root = corpora["root"]
     sentences = [line.split() for line in nsp_corpus(60, 5) if line]

@@ -31,7 +31,7 @@ from tests.peers import require, require_installed
 require("fairseq", "the tests run fairseq-train and compare with fairseq's tasks")
 
 import roberta_ext.fairseq_plugin  # noqa: F401  (registers the tasks)
-from roberta_ext.corpus.multiple_choice import prepare_multiple_choice_main
+from roberta_ext.cli.corpus import prepare_multiple_choice_main
 from roberta_ext.fairseq_plugin.multiple_choice import MultipleChoiceDataError, read_labels
 from tests.fairseq_plugin.tools import USER_DIR, log_records, run
 

@@ -24,7 +24,8 @@ from tests.peers import require
 
 require("fairseq", "the tests run fairseq-train and read fairseq-preprocess output")
 
-from roberta_ext.corpus import CorpusError, TokenWriter, prepare_tagging, prepare_tagging_main
+from roberta_ext.cli.corpus import prepare_tagging_main
+from roberta_ext.corpus import CorpusError, TokenWriter, prepare_tagging
 from roberta_ext.data.tagging import TokenLabels, num_label_classes
 from roberta_ext.fairseq_plugin.tagging import TokenLabelDataset
 from tests.corpus.test_tagging import tagged_sentences, write_conll

@@ -29,7 +29,7 @@ require("fairseq", "the tests run fairseq-preprocess and fairseq-train")
 import roberta_ext.fairseq_plugin  # noqa: F401  (registers the plugin, even where roberta_ext came first)
 from roberta_ext.checkpoints.fairseq import upgrade_state_dict
 from roberta_ext.checkpoints.safe_load import load_checkpoint_file
-from roberta_ext.corpus.tokenize import tokenize_main
+from roberta_ext.cli.corpus import tokenize_main
 from roberta_ext.tokenizers import Dictionary
 from roberta_ext.tokenizers.sentencepiece_tokenizer import train_xlmr_sentencepiece
 from tests.conftest import REPO

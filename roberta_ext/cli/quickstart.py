@@ -1,0 +1,86 @@
+"""``roberta-ext quickstart``: pretrain and fine-tune a small RoBERTa with ``fairseq-train --user-dir
+roberta_ext`` on the standard library's docstrings, then use both checkpoints through torch.hub
+(:func:`roberta_ext.quickstart.run`)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..quickstart import Options, run
+from .arguments import add_progress_argument, show_progress
+
+__all__ = ["build_parser", "main"]
+
+DEFAULTS = Options()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``roberta-ext quickstart``'s options (their defaults: :class:`~roberta_ext.quickstart.Options`)."""
+    parser = argparse.ArgumentParser(
+        prog="roberta-ext quickstart",
+        description="Pretrain and fine-tune a small RoBERTa with fairseq-train --user-dir roberta_ext on the "
+        "standard library's docstrings, then use both checkpoints through torch.hub.",
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULTS.out, help="working folder (default: %(default)s)")
+    parser.add_argument(
+        "--merges", type=int, default=DEFAULTS.merges, help="BPE merges to learn (default: %(default)s)"
+    )
+    parser.add_argument("--layers", type=int, default=DEFAULTS.layers, help="encoder layers (default: %(default)s)")
+    parser.add_argument(
+        "--dim",
+        type=int,
+        default=DEFAULTS.dim,
+        help="model width; FFN is 4x, heads = dim/32 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tokens-per-sample",
+        type=int,
+        default=DEFAULTS.tokens_per_sample,
+        help="pretraining block length (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--pretrain-updates",
+        type=int,
+        default=DEFAULTS.pretrain_updates,
+        help="pretraining updates (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--finetune-updates",
+        type=int,
+        default=DEFAULTS.finetune_updates,
+        help="fine-tuning updates (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=DEFAULTS.batch_size, help="sentences per batch (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--lr", type=float, default=DEFAULTS.lr, help="peak pretraining learning rate (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULTS.workers,
+        help="processes for bpe-encode/preprocess (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULTS.seed,
+        help="seed of the train/valid/test split, of the label balancing and of both fairseq-train runs "
+        "(default: %(default)s)",
+    )
+    add_progress_argument(parser, note="; the progress is fairseq-train's log lines, shown as they come")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``roberta-ext quickstart``.
+
+    >>> main(["--pretrain-updates", "8", "--finetune-updates", "4"])  # doctest: +SKIP
+    0
+    """
+    args = build_parser().parse_args(argv)
+    options = {name: value for name, value in vars(args).items() if name != "progress"}
+    return run(Options(**options, progress=show_progress(args)))
