@@ -256,6 +256,24 @@ def test_shards_and_merge_equal_a_single_run(tmp_path, model_dir, texts, monkeyp
     np.testing.assert_allclose(load_file(str(tmp_path / "t.safetensors"))["embeddings"], np.load(single), atol=1e-6)
 
 
+def test_uneven_shards_cover_every_row_once(tmp_path, model_dir, texts):
+    """59 rows in 4 shards (15, 15, 15, 14): the remainder rows are someone's, and merge puts
+    each in its place (issue 26: a floor division in Shard.rows_of passed every even test)."""
+    for total in range(0, 23):
+        for count in range(1, 6):
+            sizes = [Shard(i, count).rows_of(total) for i in range(count)]
+            assert sizes == [len(range(i, total, count)) for i in range(count)], (total, count)
+    source = write_lines(tmp_path / "texts.txt", texts[: ROWS - 1])
+    single = tmp_path / "single.npy"
+    assert run(model_dir, "--input", source, "--output", single) == 0
+    out = tmp_path / "emb.npy"
+    for i in range(4):
+        assert run(model_dir, "--input", source, "--output", out, "--shard", f"{i}/4") == 0
+    assert [len(np.load(tmp_path / f"emb.shard-{i}-of-4.npy")) for i in range(4)] == [15, 15, 15, 14]
+    assert run("merge", *(tmp_path / f"emb.shard-{i}-of-4.npy" for i in range(4)), "--output", out) == 0
+    np.testing.assert_allclose(np.load(out), np.load(single), atol=1e-6, rtol=1e-5)
+
+
 def test_bad_lines_name_file_and_line_unless_skipped(tmp_path, model_dir, hub, texts, capsys, monkeypatch):
     lines = [t.encode() for t in texts[:10]]
     lines[3] = b"caf\xe9 latin-1"
