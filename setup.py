@@ -17,7 +17,9 @@ setup(
         "fairseq": ["fairseq-fixed==0.12.3.1", "hydra-core==1.3.2", "omegaconf==2.3.0"],
         # roberta-ext export / hub.export_onnx: onnx and onnxscript write ONNX, onnxruntime checks the file.
         "export": ["onnx", "onnxscript", "onnxruntime"],
-        "test": ["pytest", "hypothesis", "tokenizers", "transformers", "tiktoken", "onnx", "onnxscript", "onnxruntime"],
+        # roberta-ext serve: the ASGI app, its server and its metrics.
+        "serve": ["starlette", "uvicorn", "prometheus-client"],
+        "test": ["pytest", "hypothesis", "tokenizers", "transformers", "tiktoken", "onnx", "onnxscript", "onnxruntime", "httpx"],
     },
     entry_points={"console_scripts": ["roberta-ext=roberta_ext.cli:main"]},
 )

@@ -98,11 +98,17 @@ COMMANDS = {
         "build_parser",
         "export a model (encoder, a head or the pooling) to ONNX or torch.export",
     ),
+    "serve": Command(
+        "roberta_ext.cli.serve",
+        "main",
+        "build_parser",
+        "serve a model over HTTP with dynamic batching (TEI/OpenAI-shaped /embed, /predict, ...)",
+    ),
 }
 """Sub-command -> where it lives. Modules are imported only when their command runs, so that
 ``roberta-ext --help`` stays fast."""
 
-MODEL_COMMANDS = ("predict", "embed", "export")
+MODEL_COMMANDS = ("predict", "embed", "export", "serve")
 """The sub-commands that load a model: each takes the arguments of :func:`.arguments.add_model_arguments`."""
 
 

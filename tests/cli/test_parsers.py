@@ -53,6 +53,7 @@ def test_every_command_that_takes_a_model_takes_the_same_model_arguments(name):
     required = {"predict": ["--input", "in.txt", "--output", "o.tsv"], "embed": ["--input", "in.txt"]}
     required["embed"] += ["--output", "o.npy"]
     required["export"] = ["--output", "o.onnx"]
+    required["serve"] = []
     args = parser.parse_args(
         ["folder", *required[name], "--checkpoint-file", "checkpoint_best.pt", "--data-name-or-path", "data-bin"]
         + ["--bpe", "gpt2", "--gpt2-encoder-json", "e.json", "--gpt2-vocab-bpe", "v.bpe", "--device", "cpu"]

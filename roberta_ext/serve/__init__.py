@@ -1,0 +1,37 @@
+"""An HTTP inference server over one loaded model: embeddings, classification, fill-mask,
+tokenizing, with dynamic batching; a door onto the same features as the hub and the command line.
+
+* :mod:`.app` — :func:`create_app` (a Starlette ASGI app: the routes, their checks, the error
+  answers) and :func:`run` (serve it with uvicorn; SIGTERM drains);
+* :mod:`.worker` — :class:`BatchingWorker`: a bounded queue and one model thread that batches
+  requests by a padded-token budget and scatters the results back;
+* :mod:`.validation` — request bodies to checked values, or a :class:`RequestError` naming the field;
+* :mod:`.options` — :class:`ServeOptions`, every setting declared once;
+* :mod:`.metrics`, :mod:`.openapi` — ``GET /metrics`` and ``GET /openapi.json``.
+
+The server takes an already loaded model (a hub, or anything with ``model``, ``inputs`` and
+``sentence_embedding``): ``roberta-ext serve MODEL`` loads it with the same model arguments as
+every command. See docs/serving.md.
+
+>>> from roberta_ext.serve import ServeOptions
+>>> ServeOptions().host
+'127.0.0.1'
+"""
+
+from .app import Server, create_app, run
+from .options import ServeOptions
+from .validation import RequestError
+from .worker import BatchingWorker, Job, Overloaded, ShuttingDown, Task
+
+__all__ = [
+    "BatchingWorker",
+    "Job",
+    "Overloaded",
+    "RequestError",
+    "ServeOptions",
+    "Server",
+    "ShuttingDown",
+    "Task",
+    "create_app",
+    "run",
+]

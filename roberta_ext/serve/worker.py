@@ -1,0 +1,256 @@
+"""Dynamic batching: a bounded queue of requests and ONE model worker thread that serves them
+in batches.
+
+Handlers tokenize a request, wrap it in a :class:`Job` (its rows, their lengths and the
+:class:`Task` that computes them) and :meth:`BatchingWorker.submit` it; the answer comes back
+through the job's :class:`~concurrent.futures.Future`. The worker takes the oldest job and,
+behind it, every waiting job of the same task (same pooling, head, ...) in arrival order while
+the batch stays within the padded-token budget (rows x longest row <= ``max_batch_tokens``)
+and ``max_batch_requests`` rows; it runs them in one call of the task, which sorts the rows by
+length and cuts them into forward passes with :func:`~roberta_ext.data.batching.length_batches`
+(the one batcher of ``embed`` and ``predict``): a batch within the budget is one forward pass.
+Results are scattered back to each job's future. The worker never waits for a batch to fill: it
+takes what has queued while the model was busy, so a lone request runs at once and a busy
+server runs full batches.
+
+Why results never depend on batch-mates: the encoder drops padding before its layers
+(:class:`~roberta_ext.modeling.attention.Packing`), so a row's features are those it has
+alone (equal to 1e-6, as ``embed``'s tests check); the tests compare served results with
+in-process ``embed``/``predict``.
+
+What the queue refuses: beyond ``max_concurrent_requests`` requests queued or running,
+:meth:`~BatchingWorker.submit` raises :class:`Overloaded` at once (the server answers 429 with
+``Retry-After``), so memory stays bounded. A job whose client gave up (a timeout cancels its
+future) is skipped if it has not started. A failing batch fails only its own requests: a batch
+of several requests that raises is run again one request at a time, so only the request that
+fails gets the error, and the worker goes on. :meth:`~BatchingWorker.stop` refuses new jobs,
+finishes every accepted one, then ends the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .metrics import ServerMetrics
+
+__all__ = ["BatchingWorker", "Job", "Overloaded", "Results", "ShuttingDown", "Task"]
+
+Results = Sequence[Any] | torch.Tensor
+"""What a task gives for N items: anything sliced along its first axis (a list, a tensor ``(N, ...)``)."""
+
+logger = logging.getLogger("roberta_ext.serve")
+
+
+class Overloaded(Exception):
+    """The queue is full: the request is refused at once (HTTP 429)."""
+
+
+class ShuttingDown(Exception):
+    """The worker is stopping and accepts no new work (HTTP 503)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """What a batch computes: ``compute(items)`` gives one result per item, in their order, for
+    the items of every job in the batch back to back (a tensor ``(N, ...)`` or a list). Jobs
+    whose tasks have equal ``key`` are batched together, with the first job's ``compute``."""
+
+    key: Hashable
+    compute: Callable[[Sequence[Any]], Results]
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's work: its ``items`` (rows of ids, or texts), the tokens of each (for the
+    budget) and where its results go."""
+
+    task: Task
+    items: Sequence[Any]
+    lengths: Sequence[int]
+    future: Future[Results] = field(default_factory=Future)
+    queued_at: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        if len(self.items) != len(self.lengths) or not self.items:
+            raise ValueError(f"a job needs items and one length each, got {len(self.items)} and {len(self.lengths)}")
+
+
+class BatchingWorker:
+    """The model worker thread and its bounded queue.
+
+    >>> worker = BatchingWorker(max_batch_tokens=64)
+    >>> worker.start()
+    >>> double = Task("double", lambda items: [2 * x for x in items])
+    >>> job = worker.submit(Job(double, [1, 2, 3], [1, 1, 1]))
+    >>> list(job.future.result(timeout=10))
+    [2, 4, 6]
+    >>> worker.stop()
+    """
+
+    def __init__(
+        self,
+        *,
+        max_batch_tokens: int,
+        max_batch_requests: int | None = None,
+        max_concurrent_requests: int = 512,
+        threads: int | None = None,
+        metrics: ServerMetrics | None = None,
+    ) -> None:
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_requests = max_batch_requests
+        self.max_concurrent_requests = max_concurrent_requests
+        self.threads = threads
+        self.metrics = metrics or ServerMetrics()
+        self._pending: deque[Job] = deque()
+        self._in_flight = 0  # queued or running
+        self._stopping = False
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ the handlers' side
+
+    @property
+    def alive(self) -> bool:
+        """Whether the worker thread runs and accepts work."""
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    @property
+    def queue_depth(self) -> int:
+        """Jobs waiting for the worker (the one running not counted)."""
+        return len(self._pending)
+
+    def submit(self, job: Job) -> Job:
+        """Queue ``job``; :class:`Overloaded` at once when ``max_concurrent_requests`` are queued
+        or running, :class:`ShuttingDown` once :meth:`stop` was called."""
+        with self._condition:
+            if self._stopping or self._thread is None:
+                raise ShuttingDown("the server is shutting down")
+            if self._in_flight >= self.max_concurrent_requests:
+                raise Overloaded(
+                    f"the model is overloaded: {self._in_flight} requests are queued or running "
+                    f"(--max-concurrent-requests {self.max_concurrent_requests})"
+                )
+            self._in_flight += 1
+            self._pending.append(job)
+            self.metrics.queue_depth.set(len(self._pending))
+            self._condition.notify()
+        return job
+
+    # ------------------------------------------------------------------------ the thread
+
+    def start(self) -> None:
+        """Start the worker thread (once)."""
+        with self._condition:
+            if self._thread is not None:
+                raise RuntimeError("the worker was started already")
+            self._thread = threading.Thread(target=self._loop, name="roberta-ext-model-worker", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Refuse new jobs, finish every accepted one, and end the thread (waiting up to ``timeout`` s)."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _loop(self) -> None:
+        if self.threads is not None:
+            # torch's intra-op pool is process-wide; set here too so the setting holds for this thread.
+            torch.set_num_threads(self.threads)
+        while (batch := self._take()) is not None:
+            started = time.monotonic()
+            for job in batch:
+                self.metrics.queue_duration.observe(started - job.queued_at)
+            try:
+                self._run(batch)
+            except Exception as error:  # a bug in the scattering itself: fail what is left, keep serving
+                logger.exception("the worker failed on a batch")
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(error)
+            finally:
+                with self._condition:
+                    self._in_flight -= len(batch)
+            self._record(batch, time.monotonic() - started)
+
+    def _take(self) -> list[Job] | None:
+        """The next batch, every job of it marked running; ``None`` once stopping with nothing left."""
+        with self._condition:
+            while True:
+                while not self._pending and not self._stopping:
+                    self._condition.wait()
+                if not self._pending:
+                    return None
+                batch = self._select()
+                self.metrics.queue_depth.set(len(self._pending))
+                running = [job for job in batch if job.future.set_running_or_notify_cancel()]
+                self._in_flight -= len(batch) - len(running)  # given up by their clients: skipped
+                if running:
+                    return running
+
+    def _select(self) -> list[Job]:
+        """The oldest job, and behind it the jobs of the same task that fit the budget (in order)."""
+        first = self._pending.popleft()
+        batch, rows, longest = [first], len(first.items), max(first.lengths)
+        kept: deque[Job] = deque()
+        while self._pending:
+            job = self._pending.popleft()
+            if job.task.key != first.task.key:
+                kept.append(job)
+                continue
+            wider = max(longest, max(job.lengths))
+            more = rows + len(job.items)
+            fits = more * wider <= self.max_batch_tokens and (
+                self.max_batch_requests is None or more <= self.max_batch_requests
+            )
+            if not fits:
+                kept.append(job)
+                break
+            batch.append(job)
+            rows, longest = more, wider
+        kept.extend(self._pending)
+        self._pending = kept
+        return batch
+
+    def _run(self, batch: list[Job]) -> None:
+        """Compute ``batch`` and give each job its results; when it fails, run its jobs one by
+        one, so that only a failing job gets the error."""
+        items = [item for job in batch for item in job.items]
+        try:
+            results = batch[0].task.compute(items)
+            if len(results) != len(items):
+                raise RuntimeError(f"the task gave {len(results)} results for {len(items)} inputs")
+        except Exception as error:
+            if len(batch) > 1:
+                for job in batch:
+                    self._run([job])
+                return
+            logger.exception("a batch failed")
+            batch[0].future.set_exception(error)
+            return
+        start = 0
+        for job in batch:
+            job.future.set_result(results[start : start + len(job.items)])
+            start += len(job.items)
+
+    def _record(self, batch: list[Job], seconds: float) -> None:
+        lengths = [length for job in batch for length in job.lengths]
+        tokens = sum(lengths)
+        self.metrics.batch_requests.observe(len(batch))
+        self.metrics.batch_rows.observe(len(lengths))
+        self.metrics.batch_tokens.observe(len(lengths) * max(lengths))
+        self.metrics.batch_duration.observe(seconds)
+        self.metrics.tokens.inc(tokens)
+        if seconds > 0:
+            self.metrics.tokens_per_second.set(tokens / seconds)

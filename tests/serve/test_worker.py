@@ -1,0 +1,137 @@
+"""The batching worker alone, without HTTP: which jobs share a batch (same task, within the
+padded-token and row budgets, in arrival order), what a full queue, a cancelled job and a
+failing batch do, and that stopping finishes every accepted job."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import CancelledError
+
+import pytest
+
+from roberta_ext.serve import BatchingWorker, Job, Overloaded, ShuttingDown, Task
+
+
+class Recorder:
+    """Tasks whose batches are recorded; the first batch waits for :attr:`release`."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[object]] = []
+        self.release = threading.Event()
+        self.holding = threading.Event()
+
+    def task(self, key: str, *, fail_on: object = None) -> Task:
+        def compute(items):
+            if not self.batches and not self.release.is_set():
+                self.holding.set()
+                assert self.release.wait(30)
+            self.batches.append(list(items))
+            if fail_on is not None and fail_on in items:
+                raise ValueError(f"cannot compute {fail_on!r}")
+            return [(key, item) for item in items]
+
+        return Task(key, compute)
+
+
+def held_worker(recorder: Recorder, **options) -> BatchingWorker:
+    """A started worker busy with a first job (``"hold"``) until ``recorder.release`` is set."""
+    worker = BatchingWorker(**{"max_batch_tokens": 100, **options})
+    worker.start()
+    worker.submit(Job(recorder.task("hold"), ["hold"], [1]))
+    assert recorder.holding.wait(30)
+    return worker
+
+
+def test_jobs_of_one_task_share_a_batch_within_the_budget_in_arrival_order():
+    recorder = Recorder()
+    worker = held_worker(recorder, max_batch_tokens=40, max_batch_requests=6)
+    embed, other = recorder.task("embed"), recorder.task("other")
+    jobs = [
+        worker.submit(Job(embed, ["a1", "a2"], [5, 5])),
+        worker.submit(Job(other, ["o1"], [3])),
+        worker.submit(Job(embed, ["b1"], [10])),  # 3 rows x 10 <= 40
+        worker.submit(Job(embed, ["c1", "c2"], [4, 4])),  # 5 rows x 10 > 40: the next batch
+        worker.submit(Job(embed, ["d1"], [2])),
+    ]
+    recorder.release.set()
+    assert [list(job.future.result(timeout=30)) for job in jobs][2] == [("embed", "b1")]
+    worker.stop()
+    assert recorder.batches == [["hold"], ["a1", "a2", "b1"], ["o1"], ["c1", "c2", "d1"]]
+    assert list(jobs[0].future.result()) == [("embed", "a1"), ("embed", "a2")]
+
+
+def test_a_job_longer_than_the_budget_runs_alone():
+    recorder = Recorder()
+    worker = held_worker(recorder, max_batch_tokens=10)
+    task = recorder.task("embed")
+    jobs = [worker.submit(Job(task, [name], [length])) for name, length in (("long", 50), ("short", 2))]
+    recorder.release.set()
+    for job in jobs:
+        job.future.result(timeout=30)
+    worker.stop()
+    assert recorder.batches[1:] == [["long"], ["short"]]
+
+
+def test_a_full_queue_refuses_at_once_and_frees_its_slots():
+    recorder = Recorder()
+    worker = held_worker(recorder, max_concurrent_requests=2)
+    task = recorder.task("embed")
+    queued = worker.submit(Job(task, ["a"], [1]))
+    with pytest.raises(Overloaded, match="2 requests are queued or running"):
+        worker.submit(Job(task, ["b"], [1]))
+    recorder.release.set()
+    queued.future.result(timeout=30)
+    worker.submit(Job(task, ["c"], [1])).future.result(timeout=30)
+    worker.stop()
+
+
+def test_a_cancelled_job_is_skipped():
+    recorder = Recorder()
+    worker = held_worker(recorder)
+    task = recorder.task("embed")
+    given_up, kept = worker.submit(Job(task, ["gone"], [1])), worker.submit(Job(task, ["kept"], [1]))
+    assert given_up.future.cancel()
+    recorder.release.set()
+    assert list(kept.future.result(timeout=30)) == [("embed", "kept")]
+    worker.stop()
+    assert recorder.batches == [["hold"], ["kept"]]
+    with pytest.raises(CancelledError):
+        given_up.future.result()
+
+
+def test_a_failing_batch_is_rerun_job_by_job_and_only_the_culprit_fails():
+    recorder = Recorder()
+    worker = held_worker(recorder)
+    task = recorder.task("embed", fail_on="bad")
+    jobs = [worker.submit(Job(task, [name], [1])) for name in ("ok1", "bad", "ok2")]
+    recorder.release.set()
+    assert list(jobs[0].future.result(timeout=30)) == [("embed", "ok1")]
+    with pytest.raises(ValueError, match="cannot compute 'bad'"):
+        jobs[1].future.result(timeout=30)
+    assert list(jobs[2].future.result(timeout=30)) == [("embed", "ok2")]
+    assert worker.submit(Job(task, ["later"], [1])).future.result(timeout=30)
+    worker.stop()
+    assert recorder.batches[1:] == [["ok1", "bad", "ok2"], ["ok1"], ["bad"], ["ok2"], ["later"]]
+
+
+def test_stop_finishes_every_accepted_job_then_refuses():
+    recorder = Recorder()
+    worker = held_worker(recorder)
+    task = recorder.task("embed")
+    jobs = [worker.submit(Job(task, [i], [1])) for i in range(5)]
+    stopper = threading.Thread(target=worker.stop)
+    stopper.start()
+    while worker.alive:  # stop() refuses new work at once, while the thread still drains
+        time.sleep(0.001)
+    with pytest.raises(ShuttingDown):
+        worker.submit(Job(task, ["late"], [1]))
+    recorder.release.set()
+    stopper.join(30)
+    assert [list(job.future.result(timeout=0)) for job in jobs] == [[("embed", i)] for i in range(5)]
+    assert not worker.alive
+
+
+def test_a_job_needs_items_with_lengths():
+    with pytest.raises(ValueError, match="a job needs items"):
+        Job(Task("x", list), [], [])
