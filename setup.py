@@ -19,7 +19,17 @@ setup(
         "export": ["onnx", "onnxscript", "onnxruntime"],
         # roberta-ext serve: the ASGI app, its server and its metrics.
         "serve": ["starlette", "uvicorn", "prometheus-client"],
-        "test": ["pytest", "hypothesis", "tokenizers", "transformers", "tiktoken", "onnx", "onnxscript", "onnxruntime", "httpx"],
+        "test": [
+            "pytest",
+            "hypothesis",
+            "tokenizers",
+            "transformers",
+            "tiktoken",
+            "onnx",
+            "onnxscript",
+            "onnxruntime",
+            "httpx",
+        ],
     },
     entry_points={"console_scripts": ["roberta-ext=roberta_ext.cli:main"]},
 )
