@@ -8,8 +8,9 @@ quickstart:      ## pretrain + fine-tune a small RoBERTa with fairseq-train --us
 test:            ## lint, types, the whole test suite and the docs build (installs fairseq, the peers and tools first)
 	scripts/bootstrap.sh full
 	$(MAKE) --no-print-directory lint
-	# a missing peer fails (tests/peers.py); two workers, a test file to a worker (tests/conftest.py: built_once)
-	ROBERTA_EXT_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadfile tests
+	# A missing peer fails (tests/peers.py). Three workers on two cores, a test file to a worker, every process
+	# (fairseq-train runs included) on one thread: 9 min where two workers took 12.5 and one 21 (tests/conftest.py).
+	OMP_NUM_THREADS=1 ROBERTA_EXT_REQUIRE_PEERS=1 .venv/bin/python -m pytest -q --durations=15 -n 3 --dist loadfile tests
 	.venv/bin/python -m mkdocs build --strict --quiet --site-dir build/site
 
 lint:            ## ruff (lint and format) and mypy, as configured in pyproject.toml
