@@ -1,5 +1,5 @@
 # The two commands of the README, and helpers. Each target sets up .venv itself.
-.PHONY: quickstart test lint docs venv
+.PHONY: quickstart test lint docs venv mutation
 
 quickstart:      ## pretrain + fine-tune a small RoBERTa with fairseq-train --user-dir, then use it via torch.hub
 	scripts/bootstrap.sh full
@@ -18,6 +18,12 @@ lint:            ## ruff (lint and format) and mypy, as configured in pyproject.
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+
+mutation:        ## mutmut on the modules of scripts/mutation/modules.toml, each against its own tests (MODULES="rows batching" for some)
+	scripts/bootstrap.sh full
+	.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements/mutation.txt
+	# One module at a time, one mutant at a time (two cores); scratch copies and results under build/mutation/.
+	.venv/bin/python scripts/mutation/run.py $(MODULES)
 
 docs:
 	scripts/bootstrap.sh full
