@@ -25,7 +25,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import torch
 import torch.nn.functional as F
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
@@ -35,7 +34,7 @@ from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from omegaconf import II, MISSING
 
-from ..data.masking import BatchMasker, MaskingConfig
+from ..data.masking import BatchMasker
 from ..data.sentence_pairs import OBJECTIVES, SentencePairs
 from ..data.word_starts import WORD_BOUNDARY_STYLES, gpt2_word_starts, piece_word_starts
 from ..families.albert import SENTENCE_ORDER_HEAD
@@ -146,27 +145,7 @@ class SentencePairMLMTask(MaskedLMTaskBase):
                 word_starts = gpt2_word_starts(d, *files)
             else:
                 word_starts = piece_word_starts(d, style)
-        specials = [
-            *range(d.nspecial),
-            self.mask_idx,
-            *(i for i, s in enumerate(d.symbols) if s.startswith("madeupword")),
-        ]
-        return BatchMasker(
-            MaskingConfig(
-                mask_prob=cfg.mask_prob,
-                leave_unmasked_prob=cfg.leave_unmasked_prob,
-                random_token_prob=cfg.random_token_prob,
-                freq_weighted_replacement=cfg.freq_weighted_replacement,
-                mask_whole_words=cfg.mask_whole_words,
-            ),
-            vocab_size=len(d),
-            mask_idx=self.mask_idx,
-            pad_idx=d.pad(),
-            special_ids=specials,
-            word_starts=word_starts,
-            replacement_weights=torch.tensor(d.count, dtype=torch.float) if cfg.freq_weighted_replacement else None,
-            seed=cfg.seed,
-        )
+        return self.batch_masker(word_starts)
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
         paths = utils.split_paths(self.cfg.data)

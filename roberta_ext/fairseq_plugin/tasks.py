@@ -144,9 +144,10 @@ class BatchMaskedLMDataset(BaseWrapperDataset):
 
 class MaskedLMTaskBase(FairseqTask):
     """What the masked-LM tasks share: one dictionary in and out, the epoch handed to the model,
-    blocks of at most ``cfg.tokens_per_sample`` tokens."""
+    blocks of at most ``cfg.tokens_per_sample`` tokens, one way to build the batch masker."""
 
     dictionary: Dictionary
+    mask_idx: int
 
     @property
     def source_dictionary(self) -> Dictionary:
@@ -161,6 +162,34 @@ class MaskedLMTaskBase(FairseqTask):
 
     def max_positions(self) -> int:
         return self.cfg.tokens_per_sample
+
+    def batch_masker(self, word_starts: Any, **masking: Any) -> BatchMasker:
+        """The masker of this task's batches from the masking options every masked-LM task has
+        (``--mask-prob``, ``--leave-unmasked-prob``, ...) and ``masking``'s own (span masking):
+        specials, ``<mask>`` and fairseq's ``madeupword`` fillers are never masked or drawn."""
+        cfg, d = self.cfg, self.dictionary
+        specials = [
+            *range(d.nspecial),
+            self.mask_idx,
+            *(i for i, s in enumerate(d.symbols) if s.startswith("madeupword")),
+        ]
+        return BatchMasker(
+            MaskingConfig(
+                mask_prob=cfg.mask_prob,
+                leave_unmasked_prob=cfg.leave_unmasked_prob,
+                random_token_prob=cfg.random_token_prob,
+                freq_weighted_replacement=cfg.freq_weighted_replacement,
+                mask_whole_words=cfg.mask_whole_words,
+                **masking,
+            ),
+            vocab_size=len(d),
+            mask_idx=self.mask_idx,
+            pad_idx=d.pad(),
+            special_ids=specials,
+            word_starts=word_starts,
+            replacement_weights=torch.tensor(d.count, dtype=torch.float) if cfg.freq_weighted_replacement else None,
+            seed=cfg.seed,
+        )
 
 
 @register_task("roberta_ext_mlm", dataclass=RobertaExtMLMConfig)
@@ -199,30 +228,8 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
                         f"starts: {path!r} does not exist (pass {option})"
                     )
             word_starts = gpt2_word_starts(self.dictionary, encoder_json, vocab_bpe)
-        d = self.dictionary
-        specials = [
-            *range(d.nspecial),
-            self.mask_idx,
-            *(i for i, s in enumerate(d.symbols) if s.startswith("madeupword")),
-        ]
-        return BatchMasker(
-            MaskingConfig(
-                mask_prob=cfg.mask_prob,
-                leave_unmasked_prob=cfg.leave_unmasked_prob,
-                random_token_prob=cfg.random_token_prob,
-                freq_weighted_replacement=cfg.freq_weighted_replacement,
-                mask_whole_words=cfg.mask_whole_words,
-                span_masking=cfg.span_masking,
-                span_p=cfg.span_p,
-                span_max_words=cfg.span_max_words,
-            ),
-            vocab_size=len(d),
-            mask_idx=self.mask_idx,
-            pad_idx=d.pad(),
-            special_ids=specials,
-            word_starts=word_starts,
-            replacement_weights=torch.tensor(d.count, dtype=torch.float) if cfg.freq_weighted_replacement else None,
-            seed=cfg.seed,
+        return self.batch_masker(
+            word_starts, span_masking=cfg.span_masking, span_p=cfg.span_p, span_max_words=cfg.span_max_words
         )
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
