@@ -615,39 +615,6 @@ def tokenize_raw_bpe(scale: Scale, ws: Workspace) -> Section:
 
 # ------------------------------------------------------------------------------- features
 
-# Our (= fairseq's) module names -> transformers' RobertaModel names, for the embeddings and for
-# each layer. The LM head and fairseq's format version have no counterpart there and stay out.
-HF_EMBEDDING_NAMES = {
-    "embed_tokens": "word_embeddings",
-    "embed_positions": "position_embeddings",
-    "layernorm_embedding": "LayerNorm",
-}
-HF_LAYER_NAMES = {
-    "self_attn.q_proj": "attention.self.query",
-    "self_attn.k_proj": "attention.self.key",
-    "self_attn.v_proj": "attention.self.value",
-    "self_attn.out_proj": "attention.output.dense",
-    "self_attn_layer_norm": "attention.output.LayerNorm",
-    "fc1": "intermediate.dense",
-    "fc2": "output.dense",
-    "final_layer_norm": "output.LayerNorm",
-}
-
-
-def transformers_key(key: str) -> str | None:
-    """The transformers name of one of our state-dict keys, or None where it has none.
-
-    >>> transformers_key("encoder.sentence_encoder.layers.3.fc1.weight")
-    'encoder.layer.3.intermediate.dense.weight'
-    """
-    match = re.fullmatch(r"encoder\.sentence_encoder\.(?:layers\.(\d+)\.)?(.+)\.(weight|bias)", key)
-    if match is None:
-        return None
-    layer, module, kind = match.groups()
-    if layer is None:
-        return f"embeddings.{HF_EMBEDDING_NAMES[module]}.{kind}" if module in HF_EMBEDDING_NAMES else None
-    return f"encoder.layer.{layer}.{HF_LAYER_NAMES[module]}.{kind}" if module in HF_LAYER_NAMES else None
-
 
 def transformers_roberta(state_dict: Mapping[str, torch.Tensor], layers: int) -> Any:
     """transformers' ``RobertaModel`` (SDPA attention, no pooler) holding a base-width fairseq
@@ -655,6 +622,9 @@ def transformers_roberta(state_dict: Mapping[str, torch.Tensor], layers: int) ->
     no segments)."""
     from transformers import RobertaConfig
     from transformers import RobertaModel as HFRobertaModel
+
+    from roberta_ext.checkpoints.transformers import key_map
+    from roberta_ext.families import preset
 
     config = RobertaConfig(
         vocab_size=BASE_VOCAB,
@@ -669,7 +639,9 @@ def transformers_roberta(state_dict: Mapping[str, torch.Tensor], layers: int) ->
         hidden_act="gelu",
         attn_implementation="sdpa",
     )
-    converted = {name: tensor for key, tensor in state_dict.items() if (name := transformers_key(key))}
+    # Our names -> a bare RobertaModel's, from the roberta family's own key table (the LM head has none).
+    names = key_map(preset("base", encoder_layers=layers), "RobertaModel", base_prefix="")
+    converted = {names[key]: tensor for key, tensor in state_dict.items() if key in names}
     converted["embeddings.token_type_embeddings.weight"] = torch.zeros(1, 768)
     model = HFRobertaModel(config, add_pooling_layer=False)
     model.load_state_dict(converted, strict=True)
