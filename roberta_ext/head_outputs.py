@@ -7,15 +7,16 @@ hub's own model and inputs; the server and the command line call them the same w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
+from .data.batching import length_batches
 from .inputs import ModelInputs, extract_features
 
-__all__ = ["classify", "fill_mask", "replaced_token_probs", "score_choices", "tag"]
+__all__ = ["classify", "classify_rows", "fill_mask", "replaced_token_probs", "score_choices", "tag"]
 
 
 def classify(
@@ -31,6 +32,35 @@ def classify(
         raise KeyError(f"no classification head named {head!r}; registered heads: {sorted(model.classification_heads)}")
     logits = model.classify(head, extract_features(model, inputs, tokens))
     return logits if return_logits else F.log_softmax(logits, dim=-1)
+
+
+def classify_rows(
+    model: Any,
+    inputs: ModelInputs,
+    head: str,
+    rows: Sequence[Sequence[int]],
+    *,
+    max_tokens: int,
+    batch_size: int | None = None,
+    progress: Callable[[int], object] | None = None,
+) -> torch.Tensor:
+    """Logits ``(N, num_classes)`` float32 on the CPU of N encoded rows, in their order: sorted by
+    length into batches of at most ``max_tokens`` padded tokens (and ``batch_size`` rows) with
+    :func:`~roberta_ext.data.batching.length_batches`, so a row's logits never depend on its
+    batch-mates; ``progress(n)`` after each batch of ``n`` rows. What ``roberta-ext predict`` and
+    the server's ``/predict`` run.
+
+    >>> classify_rows(hub.model, hub.inputs, "mnli", [hub.inputs.encode("A", "B")], max_tokens=4096)  # doctest: +SKIP
+    tensor([[ 2.1, -0.3, -1.9]])
+    """
+    logits = torch.empty(len(rows), model.classification_heads[head].num_classes)
+    with torch.inference_mode():
+        for batch in length_batches([len(row) for row in rows], max_tokens=max_tokens, batch_size=batch_size):
+            tokens, _ = inputs.collate([rows[i] for i in batch])  # (B, T)
+            logits[batch] = classify(model, inputs, head, tokens, return_logits=True).float().cpu()  # (B, C)
+            if progress is not None:
+                progress(len(batch))
+    return logits
 
 
 ChoiceLayout = Literal["multiple_choice", "commonsense_qa"]

@@ -28,8 +28,7 @@ from tqdm import tqdm
 from ._io import atomic_write
 from .corpus.reading import CorpusError
 from .corpus.rows import Row
-from .data.batching import length_batches
-from .head_outputs import classify
+from .head_outputs import classify_rows
 from .inputs import ModelInputs
 from .metrics import check_metrics, compute_metrics
 
@@ -101,18 +100,10 @@ def predict_rows(
                     )
                 tokens = tokens[:limit]
             encoded.append(tokens)
-        results: list[torch.Tensor | None] = [None] * len(chunk)
-        for batch in length_batches([len(t) for t in encoded], max_tokens=max_tokens, batch_size=batch_size):
-            batch_tokens, _ = inputs.collate([encoded[i] for i in batch])  # (B, T)
-            with torch.inference_mode():
-                logits = classify(model, inputs, head, batch_tokens, return_logits=True).float().cpu()  # (B, C)
-            for position, i in enumerate(batch):
-                results[i] = logits[position]
-            if progress is not None:
-                progress(len(batch))
-        for row, result in zip(chunk, results):
-            assert result is not None
-            yield row, result
+        logits = classify_rows(
+            model, inputs, head, encoded, max_tokens=max_tokens, batch_size=batch_size, progress=progress
+        )
+        yield from zip(chunk, logits)
 
 
 # ------------------------------------------------------------------------------- writing

@@ -42,9 +42,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..data.batching import length_batches
 from ..embedding.embedder import Embedder
-from ..head_outputs import classify, fill_mask
+from ..head_outputs import classify_rows, fill_mask
 from ..inputs import ServedModel
 from ..tokenizers.registry import kind_of
 from .metrics import CONTENT_TYPE, ServerMetrics
@@ -336,18 +335,11 @@ class Server:
 
     def classify_task(self, head: str) -> Task:
         model, inputs, options = self.model, self.inputs, self.options
-        outputs = model.classification_heads[head].num_classes
 
-        def compute(rows: Sequence[list[int]]) -> torch.Tensor:
-            logits = torch.empty(len(rows), outputs)
-            with torch.inference_mode():
-                lengths = [len(row) for row in rows]
-                for batch in length_batches(
-                    lengths, max_tokens=options.max_batch_tokens, batch_size=options.max_batch_requests
-                ):
-                    tokens, _ = inputs.collate([rows[i] for i in batch])
-                    logits[batch] = classify(model, inputs, head, tokens, return_logits=True).float().cpu()
-            return logits  # (N, outputs)
+        def compute(rows: Sequence[list[int]]) -> torch.Tensor:  # (N, outputs)
+            return classify_rows(
+                model, inputs, head, rows, max_tokens=options.max_batch_tokens, batch_size=options.max_batch_requests
+            )
 
         return Task(("predict", head), compute)
 
