@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import roberta_ext
@@ -399,13 +399,28 @@ def transformers_readings(hf_xlmr) -> tuple[XLMRSentencePiece, SlowXLMR]:
     return XLMRSentencePiece.from_file(model, split_specials=True), SlowXLMR(str(model))
 
 
+def _equally_likely(tok: XLMRSentencePiece, ids: list[int], other: list[int]) -> bool:
+    """Whether two segmentations spell the same text with the same unigram score: a tie in the
+    Viterbi search, which SentencePiece's C++ and the Rust ``tokenizers`` break differently (for
+    ``"***"`` one gives ``▁ ** *``, the other ``▁ * **``)."""
+
+    def score(seq: list[int]) -> float:
+        return sum(tok.sp.get_score(tok.sp.piece_to_id(tok.id_to_token(i))) for i in seq)
+
+    spelled = ["".join(tok.id_to_token(i) for i in seq) for seq in (ids, other)]
+    return spelled[0] == spelled[1] and abs(score(ids) - score(other)) < 1e-4
+
+
 @PROPERTY
 @given(text=XLMR_TEXTS)
+@example(text="***")  # a Viterbi tie: the Rust tokenizer's pieces differ, sentencepiece's are ours
+@example(text="a ***** b")
 def test_ids_equal_transformers_tokenizers_on_arbitrary_text(transformers_readings, hf_tokenizer, text):
     ours, slow = transformers_readings
     ids = ours.encode(text)
     if not _normalization_differs(text):
-        assert ids == hf_tokenizer(text)["input_ids"][1:-1]
+        fast = hf_tokenizer(text)["input_ids"][1:-1]
+        assert ids == fast or (_equally_likely(ours, ids, fast) and ids == slow.encode(text))
     if not any(c in WHITE_SPACE for c in ours.sp.normalize(text)):  # no whitespace that NFKC keeps
         assert ids == slow.encode(text)
 
@@ -422,6 +437,9 @@ def test_where_the_transformers_tokenizers_differ(transformers_readings, hf_toke
     ]
     assert differ
     assert all(ours.encode(t) == slow.encode(t) for t in differ)
+    # Segmentations of equal score: the Rust Viterbi search keeps another of the tied paths.
+    assert ours.encode("***") == slow.encode("***") != hf_tokenizer("***")["input_ids"][1:-1]
+    assert _equally_likely(ours, ours.encode("***"), hf_tokenizer("***")["input_ids"][1:-1])
 
 
 @pytest.fixture(scope="module")
