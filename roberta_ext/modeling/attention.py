@@ -189,6 +189,21 @@ class Packing:
         return F.pad(self.lengths.cumsum(0, dtype=torch.int32), (1, 0))
 
     @cached_property
+    def length_runs(self) -> list[tuple[int, int]]:
+        """``(length, count)`` of each run of consecutive sequences of one length, in order.
+
+        >>> Packing.from_padding_mask(torch.tensor([[False] * 3, [False] * 3, [False, True, True]])).length_runs
+        [(3, 2), (1, 1)]
+        """
+        runs: list[tuple[int, int]] = []
+        for length in self.seq_lens:
+            if runs and runs[-1][0] == length:
+                runs[-1] = (length, runs[-1][1] + 1)
+            else:
+                runs.append((length, 1))
+        return runs
+
+    @cached_property
     def offsets(self) -> torch.Tensor:
         """``cu_seqlens`` as int64: the offsets of a nested jagged tensor. One tensor per batch,
         so that every layer's nested tensors share one ragged dimension."""
@@ -232,16 +247,21 @@ def packing_for(strategy: str, padding_mask: torch.Tensor) -> Packing | None:
 def per_sequence_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
 ) -> torch.Tensor:
-    """Packed (N, H, D) queries, keys and values -> (N, H, D), one SDPA call per sequence."""
-    # A leading batch dimension of 1: CPU SDPA takes its fused kernel only for 4-D inputs.
-    return torch.cat(
-        [
-            attention(
-                qs.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], dropout_p=dropout_p
-            )[0].transpose(0, 1)  # (L, H, D)
-            for qs, ks, vs in zip(q.split(packing.seq_lens), k.split(packing.seq_lens), v.split(packing.seq_lens))
-        ]
-    )
+    """Packed (N, H, D) queries, keys and values -> (N, H, D), one SDPA call per run of
+    consecutive sequences of one length: such a run of c sequences of length L is a (c, L, H, D)
+    view of the packed tensors, attended as one batch without a mask. Length-sorted batches
+    (``embed``, ``predict``) are mostly such runs: short lines of a few lengths, long texts cut at
+    ``max_length``; a batch of distinct lengths gets a call per sequence."""
+    out = []
+    start = 0
+    for length, count in packing.length_runs:
+        end = start + length * count
+        # (c * L, H, D) -> (c, H, L, D) views: 4-D inputs, for which CPU SDPA takes its fused kernel.
+        qs, ks, vs = (t[start:end].view(count, length, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))
+        attended = attention(qs, ks, vs, dropout_p=dropout_p)  # (c, H, L, D)
+        out.append(attended.transpose(1, 2).reshape(length * count, *q.shape[1:]))
+        start = end
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def padded_attention(

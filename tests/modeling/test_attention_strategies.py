@@ -87,6 +87,31 @@ def test_packed_strategies_equal_the_masked_path_in_fp32(strategy, left):
     assert packed[~real].abs().sum() == 0
 
 
+def test_per_sequence_attends_runs_of_equal_lengths_as_one_batch_with_the_same_bits():
+    # Length-sorted batches come as runs of one length; each run is one SDPA call over a view,
+    # and every sequence's output is bit for bit what a call of its own gives.
+    lengths = [9, 9, 9, 4, 4, 1, 9, 2, 2]
+    padding = torch.arange(max(lengths))[None, :] >= torch.tensor(lengths)[:, None]
+    packing = att.Packing.from_padding_mask(padding)
+    assert packing.length_runs == [(9, 3), (4, 2), (1, 1), (9, 1), (2, 2)]
+    q, k, v = torch.randn(3, sum(lengths), 4, 8, generator=torch.Generator().manual_seed(0)).unbind(0)
+    alone = [
+        F.scaled_dot_product_attention(*(t[start:end].transpose(0, 1)[None] for t in (q, k, v)))[0].transpose(0, 1)
+        for start, end in zip(packing.cu_seqlens[:-1].tolist(), packing.cu_seqlens[1:].tolist())
+    ]
+    assert torch.equal(att.per_sequence_attention(q, k, v, packing, 0.0), torch.cat(alone))
+
+
+def test_a_row_among_rows_of_its_length_gets_the_features_it_gets_alone():
+    model = tiny()
+    tokens = batch_of([7, 7, 7, 7, 3])
+    with torch.no_grad(), use_attention(model, "per_sequence"):
+        together = model(tokens, features_only=True)[0]
+        for i in range(4):
+            alone = model(tokens[i : i + 1, :7], features_only=True)[0]
+            assert torch.equal(together[i], alone[0])
+
+
 @pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
 @pytest.mark.parametrize("strategy", ["nested", "per_sequence"])
 def test_packed_strategies_equal_the_masked_path_in_bf16(strategy, left):
