@@ -3,10 +3,15 @@
 Sections (``--only`` picks some; the default runs both):
 
   encode  ``hub.embed(texts)`` against ``SentenceTransformer.encode(texts)`` (its default batch of
-          32), sentences/s with tokenizing included, on the same weights and the same
-          mixed-length texts (the standard library's docstrings, shuffled: a few tokens to past
-          the 256/512-token limits): a 6-layer 384-wide BERT (MiniLM's shape) and a base-shaped
-          RoBERTa (12 x 768), in fp32 and in bf16 (both models cast with ``.to(torch.bfloat16)``)
+          32) and onnxruntime (the ONNX file ``roberta-ext export --pooling model`` writes, fed as
+          sentence-transformers feeds a model: sorted by length, batches of 32 padded to their
+          longest row, tokenized by the folder's transformers tokenizer), sentences/s with
+          tokenizing included, on the same weights and each of the three text sets of
+          ``benchmarks/texts.py`` (short one-sentence lines, mixed-length docstrings, long
+          paragraphs past ``max_seq_length``): a 6-layer 384-wide BERT (MiniLM's shape) and a
+          base-shaped RoBERTa (12 x 768), in fp32, with the share of the fp32 matmul rate that
+          ``embed`` reaches on the real tokens; and ``embed`` in bf16 (the models cast with
+          ``.to(torch.bfloat16)``) against sentence-transformers in bf16 on the mixed set
   cli     ``roberta-ext embed`` over a 100,000-line file (one docstring sentence per line) with the
           BERT: sustained rows/s against in-process ``hub.embed`` on the file's first lines, and
           the command's memory (RSS) sampled through the run
@@ -15,12 +20,16 @@ Every model is built here with transformers (random weights; WordPiece and byte-
 vocabularies learned with HF ``tokenizers`` from the standard library), saved as a
 sentence-transformers folder (Transformer + mean Pooling + Normalize) by sentence-transformers
 itself, and loaded from that folder by both contenders; before timing, the embeddings are
-checked equal (within 1e-4 in fp32). Contenders are timed in turns after a warm-up call each and
-the median is reported (see ``benchmarks/run.py``); a ratio is the peer's time over ours:
-above 1 we are faster. The issue's target: at least 1.5x sentence-transformers on this 2-core
-CPU, fp32, both models; the command within 10% of in-process ``embed``, memory flat.
+checked equal (within 1e-4 in fp32; onnxruntime's too). Contenders are timed in turns after a
+warm-up call each and the median is reported (see ``benchmarks/run.py``); a ratio is the peer's
+time over ours: above 1 we are faster. The matmul share is the FLOPs of the layer stack on the
+real tokens (``benchmarks.run.encoder_flops``: projections, feed-forward, attention over each
+text's own tokens) over ``embed``'s time, divided by the rate of a 1024^3 fp32 matmul timed just
+before. Targets (issue 23): >= 1.5x sentence-transformers and >= 1.2x onnxruntime fp32 on every
+text set, >= 75% of the matmul rate on the base shape; the command within 10% of in-process
+``embed``, memory flat.
 
-    .venv/bin/python -m benchmarks.embed               # ~15 minutes on 2 quiet cores
+    .venv/bin/python -m benchmarks.embed               # ~25 minutes on 2 quiet cores
     .venv/bin/python -m benchmarks.embed --quick       # small shapes, 10k lines: ~2 minutes
     .venv/bin/python -m benchmarks.embed --only encode --threads 1
 """
@@ -37,7 +46,6 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
-import random  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -55,11 +63,14 @@ from benchmarks.run import (  # noqa: E402
     Row,
     Section,
     alternate,
+    encoder_flops,
+    matmul,
     progress,
-    ratio,
     run_section,
     write_results,
 )
+from benchmarks.texts import TEXT_SETS, text_set  # noqa: E402
+from benchmarks.texts import docstrings as text_docstrings  # noqa: E402
 
 for _name, _value in _TOKENIZER_ENV.items():
     if _value is None:
@@ -73,7 +84,7 @@ SECTIONS = ("encode", "cli")
 
 @dataclass(frozen=True)
 class Scale:
-    texts: int  # texts per timed call
+    texts: dict[str, int]  # texts per timed call, per text set (the base shape takes half)
     repeats: int
     bert: tuple[int, int]  # (layers, width) of the MiniLM-shaped BERT
     roberta: tuple[int, int]  # (layers, width) of the base-shaped RoBERTa
@@ -84,7 +95,7 @@ class Scale:
 
 
 FULL = Scale(
-    texts=500,
+    texts={"short": 1000, "mixed": 300, "long": 50},  # about 20k real tokens each
     repeats=3,
     bert=(6, 384),
     roberta=(12, 768),
@@ -93,7 +104,7 @@ FULL = Scale(
     cli_chunk_rows=8192,  # the command's default
 )
 QUICK = Scale(
-    texts=200,
+    texts={"short": 200, "mixed": 60, "long": 10},
     repeats=2,
     bert=(2, 128),
     roberta=(2, 256),
@@ -107,11 +118,7 @@ QUICK = Scale(
 
 
 def docstrings() -> list[str]:
-    from roberta_ext.quickstart import stdlib_docstrings
-
-    docs = [text for text, _ in stdlib_docstrings()]
-    random.Random(0).shuffle(docs)
-    return docs
+    return list(text_docstrings())
 
 
 def sentences() -> list[str]:
@@ -187,60 +194,164 @@ def load_both(folder: Path, dtype: torch.dtype) -> tuple[Any, Any]:
 def bench_encode(scale: Scale, root: Path) -> Section:
     section = Section()
     docs = docstrings()
-    texts = docs[: scale.texts]
     for family, (layers, width) in (("bert", scale.bert), ("roberta", scale.roberta)):
         if family not in scale.models:
             continue
         progress(f"building a {layers} x {width} {family} sentence-transformers folder")
         folder = st_folder(root, family, layers, width, docs)
-        for dtype in (torch.float32, torch.bfloat16):
-            ours, theirs = load_both(folder, dtype)
-            tokens, padded = token_counts(ours, texts)
-            mine = ours.embed(texts)
-            reference = torch.as_tensor(theirs.encode(texts, batch_size=32)).float()
-            difference = float((mine - reference).abs().max())
-            cosine = float(torch.nn.functional.cosine_similarity(mine, reference).min())
-            if dtype == torch.float32 and difference > 1e-4:
-                raise AssertionError(f"{family}: embeddings differ from sentence-transformers' by {difference}")
-            name = "fp32" if dtype == torch.float32 else "bf16"
-            progress(f"{family} {name}: timing {len(texts)} texts, {scale.repeats} rounds")
-            timings = alternate(
-                {
-                    "ours": lambda ours=ours: ours.embed(texts),
-                    "sentence-transformers": lambda theirs=theirs: theirs.encode(texts),  # its batch of 32
-                },
-                scale.repeats,
-            )
-            rates = {contender: len(texts) / seconds for contender, seconds in timings.items()}
-            theirs_seconds = timings["sentence-transformers"]
-            shape = f"{layers} x {width} {family}"
-            section.rows.append(
-                Row(
-                    f"`embed` {name}, {shape}: sentences/s, tokenizing included",
-                    f"{rates['ours']:.1f}/s (max abs diff {difference:.1e}, min cosine {cosine:.5f}); "
-                    f"`encode` pads {tokens} tokens to {padded} (+{100 * (padded / tokens - 1):.0f}%)",
-                    f"`encode` {rates['sentence-transformers']:.1f}/s: **{ratio(theirs_seconds, timings['ours'])}**",
-                    ">= 1.5x sentence-transformers" if name == "fp32" else "",
-                    (theirs_seconds / timings["ours"] >= 1.5) if name == "fp32" else None,
-                )
-            )
-            progress(f"{family} {name}: {section.rows[-1].ours} | {section.rows[-1].peers}")
-            section.data[f"{family}_{name}"] = {
-                "shape": [layers, width],
-                "texts": len(texts),
-                "tokens": tokens,
-                "sentence_transformers_padded_tokens": padded,
-                "seconds": timings,
-                "sentences_per_second": rates,
-                "max_abs_difference": difference,
-                "min_cosine": cosine,
+        share = 1 if family == "bert" else 2  # the base shape costs 8x per token: half the texts
+        ours, theirs = load_both(folder, torch.float32)
+        onnx = OnnxEmbedder.export(ours, folder, root / f"{family}.onnx")
+        for text_name in TEXT_SETS:
+            texts = text_set(text_name, max(1, scale.texts[text_name] // share))
+            contenders = {
+                "ours": lambda ours=ours, texts=texts: ours.embed(texts),
+                "sentence-transformers": lambda theirs=theirs, texts=texts: theirs.encode(texts),  # its batch of 32
+                "onnxruntime": lambda onnx=onnx, texts=texts: onnx.embed(texts),
             }
-            del ours, theirs
+            run = encode_run(ours, contenders, texts, (layers, width), scale.repeats, f"{family} fp32 {text_name}")
+            section.data[f"{family}_fp32_{text_name}"] = run
+            section.rows.append(encode_row(run, f"{layers} x {width} {family}", text_name, base=family == "roberta"))
+            progress(f"{family} fp32 {text_name}: {section.rows[-1].ours} | {section.rows[-1].peers}")
+        del ours, theirs, onnx
+        ours, theirs = load_both(folder, torch.bfloat16)
+        texts = text_set("mixed", max(1, scale.texts["mixed"] // share))
+        contenders = {
+            "ours": lambda ours=ours, texts=texts: ours.embed(texts),
+            "sentence-transformers": lambda theirs=theirs, texts=texts: theirs.encode(texts),
+        }
+        run = encode_run(ours, contenders, texts, (layers, width), scale.repeats, f"{family} bf16 mixed")
+        section.data[f"{family}_bf16_mixed"] = run
+        section.rows.append(encode_row(run, f"{layers} x {width} {family}", "mixed", bf16=True))
+        progress(f"{family} bf16 mixed: {section.rows[-1].ours} | {section.rows[-1].peers}")
+        del ours, theirs
     return section
 
 
-def token_counts(hub: Any, texts: list[str], batch_size: int = 32) -> tuple[int, int]:
-    """Real tokens of ``texts``, and the tokens sentence-transformers' ``encode`` computes on:
+class OnnxEmbedder:
+    """onnxruntime on the file ``roberta-ext export --pooling model`` writes, fed as
+    sentence-transformers feeds a model: texts sorted by length (characters), batches of 32,
+    each tokenized by the folder's transformers tokenizer and padded to its longest row."""
+
+    def __init__(self, path: Path, folder: Path, max_length: int, dimension: int) -> None:
+        import onnxruntime
+        import transformers
+
+        options = onnxruntime.SessionOptions()
+        if "OMP_NUM_THREADS" in os.environ:  # --threads: the same number as torch's
+            options.intra_op_num_threads = int(os.environ["OMP_NUM_THREADS"])
+        self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+        self.max_length = max_length
+        self.dimension = dimension
+
+    @classmethod
+    def export(cls, hub: Any, folder: Path, path: Path) -> OnnxEmbedder:
+        from roberta_ext.export import to_onnx
+
+        to_onnx(hub, path, pooling="model")
+        max_length = hub.sentence_embedding.max_length or hub.inputs.max_positions
+        return cls(path, folder, max_length, hub.model.cfg.encoder_embed_dim)
+
+    def embed(self, texts: list[str], batch_size: int = 32) -> Any:
+        import numpy as np
+
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            encoded = self.tokenizer(
+                [texts[i] for i in batch],
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                return_tensors="np",
+            )
+            feed = {name: encoded[name].astype(np.int64) for name in ("input_ids", "attention_mask")}
+            out[batch] = self.session.run(None, feed)[0]
+        return out
+
+
+def encode_run(
+    ours: Any, contenders: dict[str, Any], texts: list[str], shape: tuple[int, int], repeats: int, label: str
+) -> dict[str, Any]:
+    """Check every contender's embeddings against ``embed``'s, then time them in turns; with the
+    real and sentence-transformers-padded token counts and ``embed``'s share of the matmul rate."""
+    mine = ours.embed(texts).float()
+    agreement = {}
+    for name, call in contenders.items():
+        if name != "ours":
+            theirs = torch.as_tensor(call()).float()
+            agreement[name] = {
+                "max_abs_difference": float((mine - theirs).abs().max()),
+                "min_cosine": float(torch.nn.functional.cosine_similarity(mine, theirs).min()),
+            }
+    fp32 = next(ours.model.parameters()).dtype == torch.float32
+    for name, measured in agreement.items():
+        if fp32 and measured["max_abs_difference"] > 1e-4:
+            raise AssertionError(f"{label}: embeddings differ from {name}'s by {measured['max_abs_difference']}")
+    progress(f"{label}: timing {len(texts)} texts, {repeats} rounds")
+    timings = alternate(contenders, repeats)
+    multiply, flops = matmul(1024, torch.float32)
+    rate = flops / alternate({"matmul": multiply}, 5)["matmul"]
+    lengths, padded = token_counts(ours, texts)
+    layers, width = shape
+    work = encoder_flops(lengths, layers, width, 4 * width)
+    return {
+        "shape": list(shape),
+        "texts": len(texts),
+        "tokens": sum(lengths),
+        "sentence_transformers_padded_tokens": padded,
+        "seconds": timings,
+        "sentences_per_second": {name: len(texts) / seconds for name, seconds in timings.items()},
+        "agreement": agreement,
+        "layer_flops": work,
+        "fp32_matmul_gflops": rate / 1e9,
+        "matmul_share": work / timings["ours"] / rate if fp32 else None,
+        # The same real-token FLOPs over each contender's time: how close each comes to the limit.
+        "matmul_shares": {name: work / seconds / rate for name, seconds in timings.items()} if fp32 else None,
+    }
+
+
+def encode_row(run: dict[str, Any], shape: str, text_name: str, *, base: bool = False, bf16: bool = False) -> Row:
+    seconds, rates = run["seconds"], run["sentences_per_second"]
+    st_ratio = seconds["sentence-transformers"] / seconds["ours"]
+    shares = run["matmul_shares"] or {}
+
+    def share(name: str) -> str:
+        return f" ({100 * shares[name]:.0f}% of the rate)" if name in shares else ""
+
+    peers = [
+        f"sentence-transformers {rates['sentence-transformers']:.1f}/s{share('sentence-transformers')}: "
+        f"**{st_ratio:.2f}x**"
+    ]
+    targets = [">= 1.5x sentence-transformers"]
+    met = st_ratio >= 1.5
+    if "onnxruntime" in seconds:
+        ort_ratio = seconds["onnxruntime"] / seconds["ours"]
+        peers.append(f"onnxruntime {rates['onnxruntime']:.1f}/s{share('onnxruntime')}: **{ort_ratio:.2f}x**")
+        targets.append(">= 1.2x onnxruntime")
+        met = met and ort_ratio >= 1.2
+    ours = f"{rates['ours']:.1f}/s"
+    if run["matmul_share"] is not None:
+        ours += f", {100 * run['matmul_share']:.0f}% of the matmul rate ({run['fp32_matmul_gflops']:.0f} GFLOP/s)"
+        if base:
+            targets.append(">= 75% of the matmul rate")
+            met = met and run["matmul_share"] >= 0.75
+    tokens, padded = run["tokens"], run["sentence_transformers_padded_tokens"]
+    ours += f"; {run['texts']} texts, {tokens} tokens (`encode` pads to {padded}, +{100 * (padded / tokens - 1):.0f}%)"
+    precision = "bf16" if bf16 else "fp32"
+    return Row(
+        f"`embed` {precision}, {shape}, {text_name} texts: sentences/s, tokenizing included",
+        ours,
+        "; ".join(peers),
+        ", ".join(targets) if not bf16 else "",
+        met if not bf16 else None,
+    )
+
+
+def token_counts(hub: Any, texts: list[str], batch_size: int = 32) -> tuple[list[int], int]:
+    """Real tokens of each text, and the tokens sentence-transformers' ``encode`` computes on:
     it sorts by characters (its proxy for tokens) and pads each batch to its longest row."""
     from roberta_ext.embedding import Embedder
 
@@ -251,7 +362,7 @@ def token_counts(hub: Any, texts: list[str], batch_size: int = 32) -> tuple[int,
         len(batch) * max(lengths[i] for i in batch)
         for batch in (order[start : start + batch_size] for start in range(0, len(order), batch_size))
     )
-    return sum(lengths), padded
+    return lengths, padded
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -362,7 +473,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small shapes and a 10k-line file: a smoke run")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=f"of: {', '.join(SECTIONS)}")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's, one per core)")
-    parser.add_argument("--texts", type=int, metavar="N", help="texts per timed call (default: 500; --quick 200)")
+    parser.add_argument(
+        "--texts",
+        type=int,
+        metavar="N",
+        help="texts per timed call in every text set (default: short 1000, mixed 300, long 50; half for the base "
+        "shape; --quick a fifth)",
+    )
     parser.add_argument(
         "--models", nargs="+", choices=("bert", "roberta"), help="the encode section's models (default: both)"
     )
@@ -378,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the cli section's process too
     scale = QUICK if args.quick else FULL
     if args.texts:
-        scale = replace(scale, texts=args.texts)
+        scale = replace(scale, texts=dict.fromkeys(TEXT_SETS, args.texts))
     if args.models:
         scale = replace(scale, models=tuple(args.models))
     chosen = [s for s in SECTIONS if not args.only or s in args.only]
