@@ -96,6 +96,24 @@ def test_return_all_hiddens_gives_embeddings_then_every_layer():
     torch.testing.assert_close(hiddens[-1], features)
 
 
+@pytest.mark.parametrize("lengths", [[7, 7, 7], [7, 4, 7]], ids=["full", "packed"])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_accurate", "relu", "tanh", "linear"])
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_inference_in_place_gives_the_bits_of_autograd_and_leaves_every_hidden_state_alone(activation, pre_ln, lengths):
+    # Without autograd the layers add residuals and apply the activation in place (fewer buffers):
+    # the same bits as with autograd, and no returned hidden state is overwritten by a later layer.
+    model = tiny(encoder_layers=3, activation_fn=activation, encoder_normalize_before=pre_ln)
+    tokens = random_tokens(lengths)
+    features, extra = model(tokens, features_only=True, return_all_hiddens=True)
+    with torch.inference_mode():
+        fast, fast_extra = model(tokens, features_only=True, return_all_hiddens=True)
+        again = [h.clone() for h in fast_extra["inner_states"]]
+        model(tokens, features_only=True)
+    assert torch.equal(fast, features.detach())
+    for ours, reference, kept in zip(fast_extra["inner_states"], extra["inner_states"], again, strict=True):
+        assert torch.equal(ours, reference.detach()) and torch.equal(ours, kept)
+
+
 def test_lm_head_on_masked_positions_equals_full_logits_there():
     model = tiny()
     tokens = random_tokens([8, 6])
