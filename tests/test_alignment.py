@@ -29,7 +29,13 @@ import torch
 from hypothesis import given, settings
 
 import roberta_ext
-from roberta_ext.alignment import align_features_to_words, align_tokens_to_words, split_words
+from roberta_ext.alignment import (
+    WordFeatures,
+    align_features_to_words,
+    align_tokens_to_words,
+    extract_features_aligned_to_words,
+    split_words,
+)
 from roberta_ext.families import preset
 from roberta_ext.hub import RobertaHubInterface
 from roberta_ext.modeling import RobertaModel
@@ -279,3 +285,77 @@ def test_a_word_without_tokens_borrows_the_token_before_it():
     word_spans = [(0, 3), (4, 6), (8, 11)]
     assert align_tokens_to_words(token_spans, word_spans) == [[1], [1], [2]]
     assert align_tokens_to_words([(4, 7)], [(0, 2), (4, 7)]) == [[1], [1]]  # the first word: the token after
+
+
+@pytest.mark.parametrize(
+    ("token_spans", "word_spans", "expected"),
+    [
+        ([(0, 1), (1, 2), (2, 3), (3, 4)], [(0, 1), (2, 3)], [[1], [2, 3, 4]]),  # "a b " : the trailing space
+        ([(0, 1), (2, 3), (4, 5), (5, 7)], [(0, 1), (2, 3), (4, 5)], [[1], [2], [3, 4]]),  # "a b c  "
+        ([(0, 2), (2, 2)], [(0, 2)], [[1, 2]]),  # an empty token at the end
+    ],
+)
+def test_whitespace_after_the_last_word_belongs_to_the_last_word(token_spans, word_spans, expected):
+    assert align_tokens_to_words(token_spans, word_spans) == expected
+
+
+def test_align_features_names_what_is_wrong_with_its_input():
+    with pytest.raises(ValueError, match=r"^align_features_to_words takes features \(T, C\), got shape \(1, 3, 2\)$"):
+        align_features_to_words(torch.zeros(1, 3, 2), [[1]])
+    with pytest.raises(ValueError, match=r"^<s> \(position 0\) cannot belong to a word$"):
+        align_features_to_words(torch.zeros(3, 2), [[0]])
+
+
+@pytest.mark.parametrize("layers", [None, 3])
+def test_a_words_vector_is_its_row_of_the_last_layer(layers):
+    rows = torch.arange(12.0).reshape(4, 3)
+    features = rows if layers is None else [rows * (layer + 1) for layer in range(layers)]
+    aligned = WordFeatures(
+        words=["<s>", "a", "b", "</s>"],
+        spans=[(0, 0), (0, 1), (2, 3), (3, 3)],
+        features=features,
+        alignment=[[1], [2]],
+        tokens=torch.tensor([0, 5, 6, 2]),
+    )
+    last = rows if layers is None else rows * layers
+    for index in range(len(aligned)):
+        assert torch.equal(aligned.vector(index), last[index])
+
+
+def test_the_function_gives_the_hubs_result_one_layer_by_default(hubs):
+    hub = hubs["gpt2"]
+    text = "Hi there"
+    with torch.no_grad():
+        aligned = extract_features_aligned_to_words(hub.model, hub.inputs, text)
+        expected = hub.extract_features_aligned_to_words(text)
+    assert isinstance(aligned.features, torch.Tensor) and torch.equal(aligned.features, expected.features)
+    assert aligned.words == ["<s>", "Hi", "there", "</s>"]
+    assert aligned.spans == [(0, 0), (0, 2), (3, 8), (8, 8)]  # <s> at the start, </s> at the end
+
+
+def test_a_tokenizer_giving_the_wrong_number_of_spans_is_named(hubs, monkeypatch):
+    hub = hubs["gpt2"]
+    real = kind_of(hub.tokenizer)
+
+    class Broken:
+        def spans(self, tokenizer, text):
+            return real.spans(tokenizer, text)[:-1]
+
+    monkeypatch.setattr("roberta_ext.alignment.kind_of", lambda tokenizer: Broken())
+    tokens = len(hub.encode("Hi there")) - 2
+    message = rf"^the tokenizer gave {tokens - 1} token spans for {tokens} tokens of 'Hi there'$"
+    with pytest.raises(RuntimeError, match=message):
+        extract_features_aligned_to_words(hub.model, hub.inputs, "Hi there")
+
+
+@pytest.mark.parametrize(
+    ("alignment", "expected"),
+    [
+        ([], [[1, 2], [7, 8]]),  # no words: <s> and </s>
+        ([[]], [[1, 2], [0, 0], [7, 8]]),  # a word without tokens gets zeros; </s> keeps its row
+        ([[], [1, 2]], [[1, 2], [0, 0], [3 + 5, 4 + 6], [7, 8]]),
+    ],
+)
+def test_a_word_without_tokens_gets_zeros_and_the_tokens_after_the_last_word_keep_their_rows(alignment, expected):
+    features = torch.arange(1.0, 9.0).reshape(4, 2)  # <s>, two tokens, </s>
+    assert torch.equal(align_features_to_words(features, alignment), torch.tensor(expected, dtype=torch.float))

@@ -3,7 +3,10 @@ stripping and header rules, line ends, data-row numbering and bad rows."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,117 @@ def test_labels_are_strings_or_numbers_and_fields_default_from_the_first_object(
         RowReader(path, format="text", columns=Columns(("a",)))
     with pytest.raises(CorpusError, match="needs its columns"):
         RowReader(path, format="tsv")
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("a,label=b,label=c", "more than one label= column"),
+        ("a,label= ", "label= names no column"),
+        ("a,,b", "an empty column name"),
+        ("a,b,c", r"give one text column, or two for sentence pairs \(and the label as label=COLUMN\), not 3"),
+        ("label=b", "give one text column, or two .* not 0"),
+    ],
+)
+def test_a_bad_columns_spec_is_named_with_what_is_wrong(spec, problem):
+    with pytest.raises(CorpusError, match=rf"^--columns/--fields {re.escape(repr(spec))}: {problem}"):
+        parse_columns(spec)
+
+
+def test_an_unknown_format_names_the_formats_there_are():
+    with pytest.raises(CorpusError, match=r"^unknown input format 'csv'; choose one of text, tsv, jsonl$"):
+        input_format("a.csv", "csv")
+
+
+def test_text_rows_are_numbered_from_zero_by_data_row_and_from_one_by_line(tmp_path):
+    path = write(tmp_path / "a.txt", "a\nb\n\nc\n")
+    expected = [Row(0, 1, ("a",)), Row(1, 2, ("b",)), Row(2, 3, ("",)), Row(3, 4, ("c",))]
+    assert rows(path, format="text") == expected
+    assert RowReader(path, format="text").count() == 4
+
+
+def test_count_is_none_for_what_is_not_a_regular_file():
+    # A pipe or a device may not be read twice (its rows would be gone); /dev/null stands for them.
+    assert RowReader(os.devnull, format="text").count() is None
+
+
+def test_header_names_are_split_at_tabs_only(tmp_path):
+    path = write(tmp_path / "a.tsv", "first name\tgold label\nAda\tyes\n")
+    assert rows(path, format="tsv", columns=parse_columns("first name,label=gold label")) == [
+        Row(0, 2, ("Ada",), "yes")
+    ]
+
+
+def test_a_header_line_that_is_not_utf8_names_the_file_and_the_bad_byte(tmp_path):
+    path = tmp_path / "a.tsv"
+    path.write_bytes(b"caf\xe9\tx\n")
+    problem = r"not valid UTF-8 \(invalid continuation byte at byte 4: b'\\xe9'\)"
+    message = rf"^{re.escape(str(path))}:1: the header line is {problem}$"
+    with pytest.raises(CorpusError, match=message):
+        rows(path, format="tsv", columns=Columns(("x",)))
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"ok\ncaf\xe9\n", r"invalid continuation byte at byte 4: b'\\xe9'"),  # byte 1 is the line's first
+        (b"\xff\n", r"invalid start byte at byte 1: b'\\xff'"),
+        (b"ab\xe2\x82", r"unexpected end of data at byte 3: b'\\xe2\\x82'"),
+    ],
+)
+def test_a_line_that_is_not_utf8_names_the_bad_bytes_and_their_position(tmp_path, raw, problem):
+    path = tmp_path / "a.txt"
+    path.write_bytes(raw)
+    with pytest.raises(BadRow, match=rf"^{re.escape(str(path))}:\d+: not valid UTF-8 \({problem}\)$"):
+        rows(path, format="text")
+
+
+def test_a_bad_tsv_row_says_which_columns_are_missing_and_why_a_glue_row_is_bad(tmp_path):
+    path = write(tmp_path / "a.tsv", "a\tb\tc\nonly\n")
+    with pytest.raises(
+        BadRow, match=r"a\.tsv:2: the line has 1 tab-separated fields, so column\(s\) b, c are missing$"
+    ):
+        rows(path, format="tsv", columns=parse_columns("a,b,label=c"))
+    glue = write(tmp_path / "glue.tsv", "1\t2\t3\n")
+    message = (
+        r"glue\.tsv:1: the line has 3 tab-separated fields, not 6; fairseq's GLUE script drops such rows "
+        r"\(awk NF==6\): remove it, or read the file with --columns$"
+    )
+    with pytest.raises(BadRow, match=message):
+        rows(glue, format="tsv", columns=parse_columns("0"), exact_fields=6)
+
+
+def test_a_json_line_is_parsed_without_its_terminator(tmp_path):
+    """JSON's message points into the line as the user sees it: no "\\n" left to be a control character."""
+    path = write(tmp_path / "a.jsonl", '{"text": "abc\n')
+    message = r"a\.jsonl:1: not valid JSON \(Unterminated string starting at: line 1 column 10 \(char 9\)\)$"
+    with pytest.raises(BadRow, match=message):
+        rows(path, format="jsonl")
+
+
+def test_standard_input_is_named_and_its_crlf_lines_lose_the_carriage_return(monkeypatch):
+    """Standard input ends lines at "\\n" only, so a CRLF line still has its "\\r" until the row reader removes it."""
+    lines = b'{"text": " a "}\r\n{"text": "b"}\r\n{"text": "abc\r\n'
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(lines)))
+    reader = iter(RowReader("-", format="jsonl"))
+    assert [next(reader), next(reader)] == [Row(0, 1, ("a",)), Row(1, 2, ("b",))]
+    message = r"^<stdin>:3: not valid JSON \(Unterminated string starting at: line 1 column 10 \(char 9\)\)$"
+    with pytest.raises(BadRow, match=message):
+        next(reader)
+
+
+@pytest.mark.parametrize(
+    ("first", "said"),
+    [
+        ({"text": "a"}, "reading fields 'text'; no labels (set them with --fields)"),
+        (
+            {"text": "a", "text_pair": "b", "label": 1},
+            "reading fields 'text', 'text_pair'; label from 'label' (set them with --fields)",
+        ),
+    ],
+)
+def test_default_json_fields_are_said_on_the_log_once(tmp_path, first, said):
+    path = write(tmp_path / "a.jsonl", json.dumps(first) + "\n" + json.dumps(first) + "\n")
+    log = io.StringIO()
+    assert len(rows(path, format="jsonl", log=log)) == 2
+    assert log.getvalue() == said + "\n"
