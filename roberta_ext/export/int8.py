@@ -1,9 +1,13 @@
 """int8 inference on the CPU: every linear layer in int8 (``from_pretrained(..., dtype="int8")``).
 
 Each ``nn.Linear`` becomes an :class:`Int8Linear`: its weight in int8 with one scale per output
-row, and each call quantizes its input on the fly to int8 with **one scale per token** (row),
-multiplies int8 by int8 into int32 with ``torch._int_mm`` and scales the result back to fp32.
-Embeddings, LayerNorms, the attention products and the tied masked-LM projection stay fp32.
+row, and each call quantizes its input on the fly to 8 bits with **one scale per token** (row),
+multiplies into exact int32 sums and scales the result back to fp32. Where the CPU multiplies
+int8 with VNNI or AMX (:func:`onednn_int8`), the product is oneDNN's int8 matmul on a weight
+packed once in oneDNN's layout, the weight's scales applied in its epilogue and the inputs fed as
+uint8 around a zero point of 128 (``kernel="onednn"``); elsewhere ``torch._int_mm``
+(``kernel="int_mm"``). Embeddings, LayerNorms, the attention products and the tied masked-LM
+projection stay fp32.
 
 Why per token: trained BERT-like models carry a few hidden dimensions whose activations are
 20-30x the others' (all-MiniLM-L6-v2: 28 against a median of 1.3 at the feed-forward inputs).
@@ -11,14 +15,16 @@ torch's dynamic quantization (``torch.ao.quantization.quantize_dynamic``) gives 
 tensor one scale, 7 bits wide on x86 (fbgemm's guard against 16-bit overflow): outliers anywhere
 in the batch leave few levels for everything else. On all-MiniLM-L6-v2 and the standard
 library's docstrings its mean-pooled embeddings reached a cosine of only 0.969 to fp32 (0.988
-with all 8 bits), where one scale per token gives 0.997. ``torch._int_mm`` multiplies as fast as
-fbgemm's kernel; the scaling around it is a few element-wise passes, kept cheap with per-thread
-work buffers (:class:`_Scratch`). On a quiet 2-core machine the per-token layers ran the models
-1.8-3.0x fp32, 0-33% behind fbgemm's fused kernel (docs/export.md); on cores shared with
-other work the passes cost more, each waiting for every thread.
+with all 8 bits), where one scale per token gives 0.997. The scaling around the product costs
+a few element-wise passes, kept few (per-token maximum from ``amax`` and ``amin``; rounding and
+shifting in one multiply-add, truncated to uint8 by the conversion) and cheap with per-thread
+work buffers (:class:`_Scratch`). On all-MiniLM-L6-v2, single-threaded on a Sapphire Rapids core
+(AMX), ``embed`` ran 1.3-1.4x as fast with oneDNN's kernel as with ``torch._int_mm``, and
+1.6-4x onnxruntime's ``quantize_dynamic`` int8 (``benchmarks/int8.py``; docs/export.md).
 ``quantize_int8(model, activations="per_tensor")`` takes fbgemm's kernel instead, with all 8
-bits where the CPU multiplies int8 with VNNI (:class:`PerTensorInt8Linear`): faster still, but
-its embeddings fell to a cosine of 0.988 on MiniLM. ``benchmarks/int8.py`` measures both.
+bits where the CPU multiplies int8 with VNNI (:class:`PerTensorInt8Linear`): faster than
+``torch._int_mm``'s path, no faster than oneDNN's, and its embeddings fall to a 1st-percentile
+cosine of 0.986-0.989 on MiniLM. ``benchmarks/int8.py`` measures them all.
 
 torchao, which torch 2.13 names as the successor of ``torch.ao.quantization``, ran a linear
 layer slower than fp32 on the CPU with ``Int8DynamicActivationInt8WeightConfig`` without
@@ -38,7 +44,14 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
-__all__ = ["ACTIVATIONS", "Int8Linear", "PerTensorInt8Linear", "full_range_activations", "quantize_int8"]
+__all__ = [
+    "ACTIVATIONS",
+    "Int8Linear",
+    "PerTensorInt8Linear",
+    "full_range_activations",
+    "onednn_int8",
+    "quantize_int8",
+]
 
 ACTIVATIONS = ("per_token", "per_tensor")
 """How :func:`quantize_int8` scales a layer's inputs: :class:`Int8Linear` or :class:`PerTensorInt8Linear`."""
@@ -73,6 +86,9 @@ class _Scratch(threading.local):
 
 _SCRATCH = _Scratch()
 
+_HALF_UP = torch.tensor(128.5)
+"""Added to ``x / scale`` (in -127..127) before truncating to uint8: rounds half up and shifts by the zero point 128."""
+
 
 class Int8Linear(nn.Module):
     """A linear layer in int8: ``weight`` int8 ``(in, out)`` (stored transposed, as
@@ -96,6 +112,10 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight", torch.zeros(in_features, out_features, dtype=torch.int8))
         self.register_buffer("weight_scale", torch.ones(out_features))
         self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        self.kernel = "onednn" if onednn_int8() else "int_mm"
+        """``"onednn"``: oneDNN's int8 matmul (:meth:`_onednn`, where :func:`onednn_int8`); ``"int_mm"``:
+        ``torch._int_mm`` and separate passes (:meth:`_int_mm`). Both compute the same sums."""
+        self._onednn_weight: tuple[tuple[int, int], torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
@@ -112,23 +132,76 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         with torch.no_grad():  # inference only: int8 products have no gradient
             rows = x.reshape(-1, self.in_features).float()  # (N, in)
-            count = rows.shape[0]
-            work = _SCRATCH.take("work", torch.float32, rows.shape)
-            # max |x| per token: abs, then amax, is 10x faster than ``vector_norm(ord=inf)`` here.
-            scale = torch.abs(rows, out=work).amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (N, 1)
-            scaled = torch.div(rows, scale, out=work).round_()
-            quantized = _SCRATCH.take("quantized", torch.int8, rows.shape).copy_(scaled)
-            sums = _SCRATCH.take("sums", torch.int32, (count, self.out_features))
-            torch._int_mm(quantized, self.weight, out=sums)
-            out = torch.mul(sums, scale, out=torch.empty(count, self.out_features))  # (N, out): exact sums, to fp32
-            if self.bias is not None:
-                torch.addcmul(self.bias, out, self.weight_scale, out=out)
-            else:
-                out.mul_(self.weight_scale)
+            out = self._onednn(rows) if self.kernel == "onednn" and rows.shape[0] else self._int_mm(rows)
         return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def _onednn(self, rows: torch.Tensor) -> torch.Tensor:  # (N, in) -> (N, out)
+        """oneDNN's int8 matmul on the prepacked weight (AMX or VNNI), the weight's row scales applied
+        in its epilogue; around it one read pass for the scales, one pass to quantize, one to scale back.
+
+        The inputs go in as uint8 with zero point 128: ``x / scale + 128.5`` truncated to uint8 is
+        ``x / scale`` rounded (half up) and shifted by 128, in a multiply-add and a conversion, where
+        rounding to int8 takes a division, a ``round`` and a conversion. (uint8 x int8 is also the
+        product VNNI and AMX multiply natively.)"""
+        # max |x| per token from the largest and the smallest value: two reads, no temporary.
+        scale = torch.maximum(rows.amax(dim=1, keepdim=True), rows.amin(dim=1, keepdim=True).neg_())  # (N, 1)
+        scale = scale.clamp_(min=1e-12).div_(127)
+        shifted = torch.addcmul(
+            _HALF_UP, rows, scale.reciprocal(), out=_SCRATCH.take("work", torch.float32, rows.shape)
+        )
+        quantized = _SCRATCH.take("quantized_u8", torch.uint8, rows.shape).copy_(shifted)  # truncated: rounded
+        packed, zero_points = self._packed()
+        out = torch.ops.onednn.qlinear_pointwise(
+            quantized, 1.0, 128, packed, self.weight_scale, zero_points, None, 1.0, 0, torch.float32, "none", [], ""
+        )  # (N, out): weight_scale * exact int32 sums
+        return torch.addcmul(self.bias, out, scale, out=out) if self.bias is not None else out.mul_(scale)
+
+    def _int_mm(self, rows: torch.Tensor) -> torch.Tensor:  # (N, in) -> (N, out)
+        """The plain path: ``torch._int_mm`` (any CPU torch runs on), every step its own pass."""
+        count = rows.shape[0]
+        work = _SCRATCH.take("work", torch.float32, rows.shape)
+        # max |x| per token: abs, then amax, is 10x faster than ``vector_norm(ord=inf)`` here.
+        scale = torch.abs(rows, out=work).amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (N, 1)
+        scaled = torch.div(rows, scale, out=work).round_()
+        quantized = _SCRATCH.take("quantized", torch.int8, rows.shape).copy_(scaled)
+        sums = _SCRATCH.take("sums", torch.int32, (count, self.out_features))
+        torch._int_mm(quantized, self.weight, out=sums)
+        out = torch.mul(sums, scale, out=torch.empty(count, self.out_features))  # (N, out): exact sums, to fp32
+        if self.bias is not None:
+            torch.addcmul(self.bias, out, self.weight_scale, out=out)
+        else:
+            out.mul_(self.weight_scale)
+        return out
+
+    def _packed(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The weight in oneDNN's own layout and its zero points, made on first use and again
+        whenever ``weight`` changes (``load_state_dict``, ``.to``); never part of the state dict."""
+        key = (self.weight.data_ptr(), self.weight._version)
+        if self._onednn_weight is None or self._onednn_weight[0] != key:
+            with torch.inference_mode(False):
+                packed = torch.ops.onednn.qlinear_prepack(self.weight.t().contiguous(), None)  # (out, in) in
+                zero_points = torch.zeros(self.out_features, dtype=torch.int32)
+            self._onednn_weight = (key, packed, zero_points)
+        return self._onednn_weight[1], self._onednn_weight[2]
+
+    def __getstate__(self) -> dict[str, object]:
+        # oneDNN's packed weight has no storage to copy or pickle; it is made again on first use.
+        return {**super().__getstate__(), "_onednn_weight": None}
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, per-token int8 inputs"
+
+
+@functools.cache
+def _vnni() -> bool:
+    """Whether /proc/cpuinfo lists one of :data:`VNNI_FLAGS` (False where it cannot be read)."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:  # not Linux: keep torch's safe default
+        return False
+    found = re.search(r"^flags\s*:\s*(.*)$", cpuinfo, re.M)
+    flags = found.group(1).split() if found else []
+    return any(flag in flags for flag in VNNI_FLAGS)
 
 
 @functools.cache
@@ -139,15 +212,19 @@ def full_range_activations() -> bool:
     >>> isinstance(full_range_activations(), bool)
     True
     """
-    if torch.backends.quantized.engine == "qnnpack":
-        return True
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:  # not Linux: keep torch's safe default
-        return False
-    found = re.search(r"^flags\s*:\s*(.*)$", cpuinfo, re.M)
-    flags = found.group(1).split() if found else []
-    return any(flag in flags for flag in VNNI_FLAGS)
+    return torch.backends.quantized.engine == "qnnpack" or _vnni()
+
+
+@functools.cache
+def onednn_int8() -> bool:
+    """Whether :class:`Int8Linear` multiplies with oneDNN here (its ``kernel`` ``"onednn"``): torch
+    has oneDNN and its int8 linear op, and the CPU multiplies uint8 by int8 with VNNI or AMX into
+    32-bit sums (without VNNI the products pass through 16 bits, which full-range inputs overflow).
+
+    >>> isinstance(onednn_int8(), bool)
+    True
+    """
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise") and _vnni()
 
 
 class PerTensorInt8Linear(DynamicQuantizedLinear):
