@@ -184,6 +184,10 @@ def load_torch_file(path: str | os.PathLike[str], *, kind: str = "PyTorch weight
         message = str(exc)
         if "Unsupported global" in message or "not an allowed global" in message or "GLOBAL" in message:
             culprit = _culprit(message)
+            if _ends_inside_global(path, culprit):
+                raise CheckpointError(
+                    f"{str(path)!r} is truncated or damaged (it ends inside the name of {culprit!r})"
+                ) from None
             raise CheckpointError(
                 f"refusing to load {str(path)!r}: it asks to import {culprit}, which a {kind} does not need; "
                 "loading never executes code from the file, so it imports only tensors and inert types, and "
@@ -206,6 +210,23 @@ def _is_zip_prefix(path: Path) -> bool:
     with open(path, "rb") as f:
         head = f.read(4)
     return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
+def _ends_inside_global(path: Path, culprit: str) -> bool:
+    """Whether a legacy (pickle) file ends inside the text lines of a GLOBAL opcode (``c`` module
+    newline name newline): a file cut there names a partial global, which is not a refusal but a
+    truncation. Only the file's last kilobyte is read."""
+    if _is_zip(path):
+        return False
+    module = culprit.rpartition(".")[0]
+    if not module:
+        return False
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - 1024))
+        tail = f.read()
+    opcode = b"c" + module.encode("utf-8", "replace") + b"\n"
+    where = tail.rfind(opcode)
+    return where >= 0 and b"\n" not in tail[where + len(opcode) :]
 
 
 def _culprit(message: str) -> str:

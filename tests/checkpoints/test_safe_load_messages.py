@@ -151,6 +151,20 @@ def test_a_legacy_checkpoint_cut_short_is_called_truncated(tmp_path, cut, detail
         load_checkpoint_file(path)
 
 
+@pytest.mark.parametrize("inside", [3, 8, 15])
+def test_a_legacy_checkpoint_cut_inside_a_globals_name_is_called_truncated(tmp_path, inside):
+    # Cut inside "torch._utils\n_rebuild_tensor_v2\n", the unpickler reads a partial name: that is
+    # a truncated file, not one asking to import "torch._utils._rebuil".
+    path = tmp_path / "model.pt"
+    data = legacy_bytes({"model": {"w": torch.ones(2)}})
+    cut = data.index(b"_rebuild_tensor_v2\n") + inside
+    path.write_bytes(data[:cut])
+    name = "torch._utils." + data[cut - inside : cut - 1].decode()  # the unpickler drops the last character read
+    expected = f"{str(path)!r} is truncated or damaged (it ends inside the name of {name!r})"
+    with pytest.raises(CheckpointError, match=exactly(expected)):
+        load_checkpoint_file(path)
+
+
 def test_a_zip_checkpoint_cut_short_is_called_truncated(tmp_path):
     path = tmp_path / "model.pt"
     buffer = io.BytesIO()
