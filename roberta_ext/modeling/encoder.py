@@ -20,44 +20,37 @@ from .config import EncoderConfig
 from .dropout import Dropout, attention
 
 
-def get_activation_fn(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The activation called ``name`` in fairseq (``gelu`` is the exact, erf-based one).
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+ACTIVATIONS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "gelu": (F.gelu, torch.ops.aten.gelu_),  # the exact, erf-based one
+    "gelu_accurate": (  # fairseq's name for the tanh approximation
+        lambda x: F.gelu(x, approximate="tanh"),
+        lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    ),
+    "relu": (F.relu, torch.relu_),
+    "tanh": (torch.tanh, torch.tanh_),
+    "linear": (_identity, _identity),
+}
+"""fairseq's activation names -> (the function, the same writing into its input)."""
+
+
+def get_activation_fn(name: str, *, in_place: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The activation called ``name`` in fairseq (``gelu`` is the exact, erf-based one);
+    ``in_place``: the same, writing into its input (for inference: see
+    :meth:`TransformerEncoderLayer.forward`).
 
     >>> get_activation_fn("gelu")(torch.zeros(2)).tolist()
     [0.0, 0.0]
-    """
-    if name == "gelu":
-        return F.gelu
-    if name == "gelu_accurate":  # fairseq's name for the tanh approximation
-        return lambda x: F.gelu(x, approximate="tanh")
-    if name == "relu":
-        return F.relu
-    if name == "tanh":
-        return torch.tanh
-    if name == "linear":
-        return lambda x: x
-    raise ValueError(f"unknown activation function {name!r}")
-
-
-def get_activation_fn_(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """:func:`get_activation_fn` writing into its input (for inference: see
-    :meth:`TransformerEncoderLayer.forward`).
-
     >>> x = torch.tensor([-1.0, 2.0])
-    >>> get_activation_fn_("relu")(x) is x, x.tolist()
+    >>> get_activation_fn("relu", in_place=True)(x) is x, x.tolist()
     (True, [0.0, 2.0])
     """
-    if name == "gelu":
-        return torch.ops.aten.gelu_
-    if name == "gelu_accurate":
-        return lambda x: torch.ops.aten.gelu_(x, approximate="tanh")
-    if name == "relu":
-        return torch.relu_
-    if name == "tanh":
-        return torch.tanh_
-    if name == "linear":
-        return lambda x: x
-    raise ValueError(f"unknown activation function {name!r}")
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation function {name!r}")
+    return ACTIVATIONS[name][in_place]
 
 
 def make_positions(tokens: torch.Tensor, padding_idx: int) -> torch.Tensor:
@@ -156,7 +149,7 @@ class TransformerEncoderLayer(nn.Module):
         self.fc2 = nn.Linear(cfg.encoder_ffn_embed_dim, dim)
         self.final_layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
         self.activation_fn = get_activation_fn(cfg.activation_fn)
-        self.activation_fn_ = get_activation_fn_(cfg.activation_fn)
+        self.activation_fn_ = get_activation_fn(cfg.activation_fn, in_place=True)
         self.dropout = Dropout(cfg.dropout)
         self.activation_dropout = Dropout(cfg.activation_dropout)
 
