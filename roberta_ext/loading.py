@@ -63,7 +63,8 @@ def from_pretrained(
     fairseq's default BPE would give wrong ids, so that is refused, naming the arguments to pass.
     ``dtype=torch.bfloat16`` runs inference in bf16: faster on CPUs with AVX512-BF16/AMX and on
     GPUs, at the cost of about three significant digits in the features. ``dtype="int8"`` puts
-    every linear layer in int8 for CPU inference, inputs quantized per token
+    every linear layer in int8 for CPU inference, inputs quantized per token, the layers that read
+    the residual stream smoothed (SmoothQuant) on a calibration batch of the dictionary's tokens
     (:mod:`roberta_ext.export.int8`; speed and cosines to fp32 in docs/export.md).
 
     Models trained with the plugin on WordPiece or SentencePiece data (BERT, ALBERT, ELECTRA)
@@ -296,9 +297,9 @@ def _place(
         if dtype == INT8:
             if device is not None and torch.device(device).type != "cpu":
                 raise ValueError(f"dtype='int8' runs on the CPU only, not on device={str(device)!r}")
-            from .export.int8 import quantize_int8  # imported when asked for
+            from .export.int8 import calibration_batches, quantize_int8  # imported when asked for
 
-            quantize_int8(hub.model)
+            quantize_int8(hub.model, calibration=calibration_batches(hub.inputs))
             return hub
         named = getattr(torch, dtype, None)
         if not isinstance(named, torch.dtype) or not named.is_floating_point:

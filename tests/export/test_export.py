@@ -10,6 +10,7 @@ N(0, 0.02) weights the features are nearly the embeddings, and any error in a la
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import threading
@@ -28,7 +29,15 @@ from roberta_ext.checkpoints import save_roberta_checkpoint
 from roberta_ext.cli.export import main as export_main
 from roberta_ext.embedding.pooling import pool
 from roberta_ext.export import ExportCheckError, ServingModule
-from roberta_ext.export.int8 import Int8Linear, PerTensorInt8Linear, full_range_activations, quantize_int8
+from roberta_ext.export.int8 import (
+    Int8Linear,
+    PerTensorInt8Linear,
+    calibration_batches,
+    full_range_activations,
+    input_maxima,
+    quantize_int8,
+    smoothed_linears,
+)
 from roberta_ext.tokenizers.wordpiece import WordPieceTokenizer, train_wordpiece_vocab, write_vocab
 from tests.peers import require
 from tests.test_hub import make_model_dir
@@ -457,6 +466,66 @@ def test_int8_keeps_shared_layers_shared(tmp_path):
     model = quantize_int8(RobertaModel(preset("albert-tiny")).eval())
     layers = model.encoder.sentence_encoder.layers
     assert layers[0] is layers[1] and isinstance(layers[1].fc1, Int8Linear)
+    calibration = [torch.randint(4, 30, (2, 9))]
+    model = quantize_int8(RobertaModel(preset("albert-tiny")).eval(), calibration=calibration)
+    layers = model.encoder.sentence_encoder.layers
+    assert layers[0] is layers[1] and layers[1].fc1.input_scale is not None
+
+
+def test_int8_smooths_the_layers_that_read_the_residual_stream(int8):
+    """``from_pretrained(dtype="int8")`` calibrates: each layer's q/k/v and fc1 are smoothed, the
+    layers that read the attention's or the feed-forward's inner outputs and the heads are not."""
+    smoothed = {name for name, module in int8.model.named_modules() if getattr(module, "input_scale", None) is not None}
+    assert smoothed == {
+        f"encoder.sentence_encoder.layers.{i}.{part}"
+        for i in range(2)
+        for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "fc1")
+    }
+
+
+def test_int8_calibration_reads_each_layers_input(roberta):
+    """The maxima calibration records for layer i's q/k/v are those of the hidden state it reads
+    (the embeddings for layer 0); the calibration rows are framed texts of the model's symbols."""
+    (batch,) = calibration_batches(roberta.inputs, rows=3, length=20)
+    dictionary = roberta.dictionary
+    assert batch.shape == (3, 20) and bool((batch[:, 0] == dictionary.bos()).all())
+    assert bool((batch[:, -1] == dictionary.eos()).all())
+    assert int(batch[:, 1:-1].min()) >= dictionary.nspecial and int(batch.max()) < len(dictionary)
+    assert torch.equal(batch, calibration_batches(roberta.inputs, rows=3, length=20)[0])  # reproducible
+    assert calibration_batches(roberta.inputs, length=1000)[0].shape == (8, roberta.inputs.max_positions)
+    layers = roberta.model.encoder.sentence_encoder.layers
+    queries = [layer.self_attn.q_proj for layer in layers]
+    maxima = input_maxima(roberta.model, queries, [batch])
+    with torch.no_grad():
+        states = roberta.extract_features(batch, return_all_hiddens=True)
+    for seen, state in zip(maxima, states):
+        assert torch.allclose(seen, state.abs().reshape(-1, state.shape[-1]).amax(dim=0))
+    assert len(smoothed_linears(roberta.model)) == 4 * len(layers)
+    assert not any(hook for linear in queries for hook in linear._forward_pre_hooks.values())  # removed
+
+
+def test_int8_smoothing_keeps_outlier_channels_from_costing_accuracy(roberta_dir):
+    """Trained BERT-like models carry a few hidden channels 20-30x the others (LayerNorm weights
+    that large): planted here, they cost per-token int8 accuracy, which calibration gives back."""
+    reference = roberta_ext.from_pretrained(str(roberta_dir))
+    with torch.no_grad():
+        for norm in reference.model.modules():
+            if isinstance(norm, nn.LayerNorm):
+                norm.weight[[3, 17]] = torch.tensor([25.0, -20.0])
+    batches = [*padded_batches(reference), *calibration_batches(reference.inputs, rows=16, seed=1)]
+    plain = quantize_int8(copy.deepcopy(reference.model))
+    smoothed = quantize_int8(copy.deepcopy(reference.model), calibration=calibration_batches(reference.inputs))
+    errors = torch.zeros(2)
+    with torch.no_grad():
+        for ids in batches:  # other texts than calibration's
+            real = ids.ne(reference.dictionary.pad())
+            exact = reference.model(ids, features_only=True)[0][real]
+            errors += torch.stack(
+                [(model(ids, features_only=True)[0][real] - exact).square().sum() for model in (plain, smoothed)]
+            )
+    assert errors[1].sqrt() < errors[0].sqrt() / 1.5  # 2.0x smaller here
+    with pytest.raises(ValueError, match="calibration smooths per-token int8 layers"):
+        quantize_int8(copy.deepcopy(reference.model), activations="per_tensor", calibration=batches)
 
 
 def test_int8_features_and_embeddings_are_close_to_float32(roberta, int8):

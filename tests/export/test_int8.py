@@ -78,3 +78,53 @@ def test_onednn_packed_weight_follows_the_weight_and_stays_out_of_the_state():
     for twin in (copy.deepcopy(quantized), pickle.loads(pickle.dumps(quantized))):
         assert torch.equal(twin(x), quantized(x))
     assert quantized(torch.zeros(0, 16)).shape == (0, 8)
+
+
+# ------------------------------------------------------------------------- smoothing (SmoothQuant)
+
+
+def test_smoothed_layer_is_exact_on_its_own_grid():
+    """A smoothed layer quantizes ``x / s`` per token against ``W * s`` per row: the same product in
+    exact arithmetic, and on its own grid only float rounding differs (both kernels)."""
+    linear = nn.Linear(48, 24)
+    x = outlier_inputs(2, 7, 48)
+    smoothing = x.abs().amax(dim=(0, 1)).sqrt() / linear.weight.detach().abs().amax(dim=0).sqrt()
+    quantized = Int8Linear.from_linear(linear, smoothing)
+    assert torch.allclose(quantized.input_scale, 1 / smoothing)
+    weight = quantized.weight.float().T * quantized.weight_scale[:, None]  # (out, in): W * s, dequantized
+    with torch.no_grad():
+        assert torch.allclose(
+            weight / smoothing, linear.weight, atol=float(quantized.weight_scale.max()) / smoothing.min()
+        )
+    expected = dequantized(quantized, x / smoothing)
+    kernels = ("onednn", "int_mm") if onednn_int8() else ("int_mm",)
+    for kernel in kernels:
+        quantized.kernel = kernel
+        assert torch.allclose(quantized(x), expected, atol=1e-4), kernel
+    assert "smoothed" in repr(quantized) and set(quantized.state_dict()) == {
+        "weight",
+        "weight_scale",
+        "bias",
+        "input_scale",
+    }
+    twin = Int8Linear(48, 24, smoothed=True)
+    twin.load_state_dict(quantized.state_dict())
+    twin.kernel = quantized.kernel
+    assert torch.equal(twin(x), quantized(x))
+    with pytest.raises(ValueError, match="smoothing must be 48 positive factors, got \\(47,\\)"):
+        Int8Linear.from_linear(linear, smoothing[:47])
+    with pytest.raises(ValueError, match="positive"):
+        Int8Linear.from_linear(linear, -smoothing)
+
+
+def test_smoothing_moves_the_outliers_error_into_the_weight():
+    """Inputs with two outlier channels 30x the others: per-token scales leave the other channels
+    few levels; smoothed, the layer's error to fp32 is less than half as large."""
+    linear = nn.Linear(96, 40)
+    x = outlier_inputs(4, 50, 96)
+    smoothing = x.abs().amax(dim=(0, 1)).sqrt() / linear.weight.detach().abs().amax(dim=0).sqrt()
+    with torch.no_grad():
+        exact = linear(x)
+        plain = (Int8Linear.from_linear(linear)(x) - exact).norm()
+        smoothed = (Int8Linear.from_linear(linear, smoothing)(x) - exact).norm()
+    assert smoothed < plain / 2
