@@ -334,6 +334,41 @@ def test_a_failing_batch_fails_only_its_own_request(live, hub, monkeypatch):
     assert client.post("/embed", json={"inputs": "zebra"}).status_code == 200
 
 
+def test_non_finite_outputs_are_an_error_not_nulls(live, hub, monkeypatch):
+    """JSON has no NaN: a model answering NaN (a float16 overflow, damaged weights) gets a 500
+    naming it, not a list of nulls; the server goes on."""
+    client, _ = live
+    forward = hub.model.forward
+
+    def broken(tokens, *args, **kwargs):
+        features, extra = forward(tokens, *args, **kwargs)
+        return features.clone().fill_(float("nan")), extra
+
+    monkeypatch.setattr(hub.model, "forward", broken)
+    for route, body in (("/embed", {"inputs": "a"}), ("/v1/embeddings", {"input": "a"})):
+        failed = client.post(route, json=body)
+        assert failed.status_code == 500 and "non-finite values (NaN or infinity)" in str(failed.json()), route
+    monkeypatch.undo()
+    assert client.post("/embed", json={"inputs": "a"}).status_code == 200
+
+
+def test_vectors_are_written_as_float32_text():
+    """The answers' floats read back to the very float32 values (as TEI writes them), in
+    shorter text than the float64 expansion of ``json.dumps(tensor.tolist())``."""
+    import json
+
+    import numpy as np
+
+    from roberta_ext.serve.app import JSONAnswer
+
+    vectors = torch.randn(4, 384, generator=torch.Generator().manual_seed(0)).numpy()
+    vectors[0, :4] = [0.1, 1e-30, -3.4e38, 0.0]
+    body = JSONAnswer(vectors).body
+    assert np.array_equal(np.array(json.loads(body), dtype=np.float32), vectors)
+    assert len(body) < 0.7 * len(json.dumps(vectors.tolist()))
+    assert json.loads(JSONAnswer({"data": list(vectors[:2])}).body)["data"][0][:2] == [0.1, 1e-30]
+
+
 def test_an_int8_model_is_served_and_says_so(served_model_dir):
     int8 = roberta_ext.from_pretrained(str(served_model_dir), dtype="int8")
     with serving(int8) as (url, _):
