@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import random
 import shutil
@@ -74,7 +75,9 @@ from benchmarks.run import (
     bench_machine,
     dictionary_symbols,
     encoder_args,
+    encoder_flops,
     fairseq_cli,
+    matmul,
     progress,
     run_command,
     run_section,
@@ -127,6 +130,52 @@ QUICK_PLAN = Plan(
     block=256,
     examples=400,
 )
+
+
+# ------------------------------------------------------------------------- the hardware limit
+
+
+MASK_PROB = 0.15  # --mask-prob of both pretraining tasks (fairseq's default)
+
+
+def fp32_matmul_rate(repeats: int = 5) -> float:
+    """FLOP/s of a 1024 x 1024 fp32 product at this process's torch threads (those of the runs)."""
+    multiply, flops = matmul(1024, torch.float32)
+    multiply()
+    best = math.inf
+    for _ in range(repeats):
+        begun = time.perf_counter()
+        multiply()
+        best = min(best, time.perf_counter() - begun)
+    return flops / best
+
+
+def training_flops_per_token(lengths: Sequence[int], layers: int, width: int, lm_head_vocab: int = 0) -> float:
+    """Matrix-product FLOPs of one training step per real token, for sequences of ``lengths``:
+    three times the layer stack's forward (:func:`benchmarks.run.encoder_flops`: the forward, and
+    the backward's two products per forward product), plus, for masked-LM (``lm_head_vocab``),
+    the LM head's dense layer and output projection on the masked share of the tokens, three times
+    too. What a padding-free step must compute: padding, dropout, softmax and the optimizer are
+    the overhead the share leaves out."""
+    tokens = sum(lengths)
+    work = 3 * encoder_flops(lengths, layers, width, 4 * width)
+    work += 3 * MASK_PROB * tokens * 2 * (width * width + width * lm_head_vocab)
+    return work / tokens
+
+
+def complete_blocks(lengths: Sequence[int], block: int) -> list[int]:
+    """Token counts of the blocks ``--sample-break-mode complete`` makes of lines of ``lengths``
+    (fairseq's TokenBlockDataset: whole lines while they fit in ``block``; a line alone when longer)
+    plus the ``<s>`` ``masked_lm`` prepends to each."""
+    blocks, current = [], 0
+    for length in lengths:
+        if current and current + length > block:
+            blocks.append(current)
+            current = 0
+        current += length
+    if current:
+        blocks.append(current)
+    return [size + 1 for size in blocks]
 
 
 # ------------------------------------------------------------------------------------- data
@@ -471,6 +520,8 @@ def bench_finetune(plan: Plan, ws: Workspace) -> Section:
     rows: list[Row] = []
     data: dict[str, Any] = {"shapes": plan.shapes, "mixes": {}}
     save_dir = ws.root / "checkpoints"
+    rate = fp32_matmul_rate()
+    data["fp32_matmul_gflops"] = rate / 1e9
     for name, mix in mixes.items():
         data["mixes"][name] = {
             "examples": len(mix.lengths),
@@ -516,6 +567,9 @@ def bench_finetune(plan: Plan, ws: Workspace) -> Section:
             data["mixes"][name]["runs"][run.shape] = entry
             wps = measured["median_words_per_second"]
             speedup = measured["speedup"]
+            per_token = training_flops_per_token(mix.lengths, *shape)
+            shares = {side: words * per_token / rate for side, words in wps.items()}
+            entry["matmul_share"] = {"flops_per_token": per_token, "fp32_matmul_gflops": rate / 1e9, "shares": shares}
             target = name == "RTE-like"
             loss_note = f"loss curves: max abs diff {curve_diff:.3f} bits per update with dropout"
             if noise is not None:
@@ -527,8 +581,9 @@ def bench_finetune(plan: Plan, ws: Workspace) -> Section:
                     f"fine-tuning words/s, {name} ({mix.lengths and min(mix.lengths)}-{max(mix.lengths)} tokens, "
                     f"{100 * padding:.0f}% padding in fairseq's batches), {run.shape} {shape[0]} x {shape[1]}, "
                     f"batch {run.batch}, {run.updates} updates",
-                    f"{wps['ours']:.0f} words/s; {loss_note}",
-                    f"fairseq `sentence_prediction` + `roberta_base` {wps['fairseq']:.0f} words/s: "
+                    f"{wps['ours']:.0f} words/s, {100 * shares['ours']:.0f}% of the fp32 matmul rate; {loss_note}",
+                    f"fairseq `sentence_prediction` + `roberta_base` {wps['fairseq']:.0f} words/s, "
+                    f"{100 * shares['fairseq']:.0f}%: "
                     f"**{speedup:.2f}x** (median of {len(measured['pair_ratios'])} pairs: "
                     f"{', '.join(f'{r:.2f}' for r in measured['pair_ratios'])})",
                     f">= {TARGET_FINETUNE}x fairseq, same loss curve" if target else "",
@@ -551,13 +606,20 @@ def bench_pretrain(plan: Plan, ws: Workspace) -> Section:
     )
     wps = measured["median_words_per_second"]
     speedup = measured["speedup"]
+    vocab_size = 4 + len(dictionary_symbols(ws.vocabulary.dict_txt)) + 1
+    per_token = training_flops_per_token(complete_blocks(lengths, plan.block - 1), *shape, lm_head_vocab=vocab_size)
+    rate = fp32_matmul_rate()
+    shares = {side: words * per_token / rate for side, words in wps.items()}
+    measured["matmul_share"] = {"flops_per_token": per_token, "fp32_matmul_gflops": rate / 1e9, "shares": shares}
     last = {side: statistics.mean(curve[-1] for curve in curves) for side, curves in measured["loss"].items()}
     row = Row(
         f"masked-LM pretraining words/s, `--sample-break-mode complete --tokens-per-sample {plan.block}` "
         f"(docstrings, {len(lengths)} lines), {run.shape} {shape[0]} x {shape[1]}, batch {run.batch}, "
         f"{run.updates} updates",
-        f"{wps['ours']:.0f} words/s; last loss {last['ours']:.2f} (fairseq {last['fairseq']:.2f}; masks differ)",
-        f"fairseq `masked_lm` + `roberta_base` {wps['fairseq']:.0f} words/s: **{speedup:.2f}x** (median of "
+        f"{wps['ours']:.0f} words/s, {100 * shares['ours']:.0f}% of the fp32 matmul rate ({rate / 1e9:.0f} GFLOP/s); "
+        f"last loss {last['ours']:.2f} (fairseq {last['fairseq']:.2f}; masks differ)",
+        f"fairseq `masked_lm` + `roberta_base` {wps['fairseq']:.0f} words/s, {100 * shares['fairseq']:.0f}% of the "
+        f"rate: **{speedup:.2f}x** (median of "
         f"{len(measured['pair_ratios'])} pairs: {', '.join(f'{r:.2f}' for r in measured['pair_ratios'])})",
         f">= {TARGET_PRETRAIN}x fairseq",
         speedup >= TARGET_PRETRAIN,
