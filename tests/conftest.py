@@ -14,6 +14,7 @@ from typing import TypeVar
 import pytest
 import torch
 from filelock import FileLock
+from hypothesis import Phase, settings
 
 from tests import peers
 from tests.bpe_fixtures import BpeFiles, build_bpe_files
@@ -44,6 +45,19 @@ if WORKER is not None:
     torch.set_num_threads(1)
 
 T = TypeVar("T")
+
+settings.register_profile(
+    "mutation",
+    derandomize=True,
+    database=None,
+    phases=(Phase.explicit, Phase.generate),
+    max_examples=20,
+    deadline=None,
+)
+"""``--hypothesis-profile=mutation`` (scripts/mutation/modules.toml): the same examples for every mutant,
+no example database written into the scratch copy, and no shrinking (a mutant fails at its first failing
+example, not after minutes of shrinking it). A test's own ``@settings(max_examples=...)`` still wins over
+``max_examples`` here, which only applies to tests that set none."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -134,6 +134,8 @@ class RowReader:
         self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))
 
     def __getitem__(self, rows: slice) -> np.ndarray:
+        if len(range(*rows.indices(self.shape[0]))) == 0:  # safetensors refuses an empty slice of 0 rows
+            return np.empty((0, self.shape[1]), dtype=_DTYPE)
         return np.asarray(self._get(rows), dtype=_DTYPE)
 
     def __len__(self) -> int:

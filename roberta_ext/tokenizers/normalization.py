@@ -68,9 +68,6 @@ class SpecialTokenSplitter:
         # starting at the same place the longer wins, as with transformers' trie.
         alternatives = "|".join(map(re.escape, sorted(self.special_ids, key=len, reverse=True)))
         self._pattern = re.compile(f"({alternatives})")
-        # Specials that do not change when lowercased (the uppercase BERT ones do) can appear only
-        # after lowercasing, so one split suffices unless there is such a special.
-        self._split_again = lowercase and any(lowercase_per_character(t) == t for t in self.special_ids)
 
     def split(self, text: str) -> Iterator[tuple[str, int | None]]:
         """``(text, None)`` for each non-empty stretch of text between specials (lowercased if
@@ -81,9 +78,12 @@ class SpecialTokenSplitter:
         """
         parts = self._pattern.split(text)  # text, special, text, special, ..., text
         if self.lowercase:
+            # transformers 4 lowercases the text between specials, joins, and only then looks for
+            # specials: one written in lowercase can appear where the text had capitals ("<UNK>"),
+            # and any special across a seam of lowercased text and another special ("a[M" in
+            # "a" + "[MASK]"), so the joined text is split again.
             parts[::2] = map(lowercase_per_character, parts[::2])
-            if self._split_again:
-                parts = self._pattern.split("".join(parts))
+            parts = self._pattern.split("".join(parts))
         ids = self.special_ids
         for i, part in enumerate(parts):
             if i % 2:

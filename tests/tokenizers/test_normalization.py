@@ -115,3 +115,37 @@ def test_check_unicode_names_the_lone_surrogate_and_the_reader():
     text = "ok " + b"\xff bytes".decode("utf-8", errors="surrogateescape")
     with pytest.raises(ValueError, match=r"lone surrogate at index 3 \('\\udcff'\).*which SentencePiece cannot"):
         check_unicode(text, reader="SentencePiece")
+
+
+def test_check_unicode_message_shows_20_characters_either_side():
+    text = "a" * 30 + "\udcff" + "b" * 30
+    with pytest.raises(ValueError) as caught:
+        check_unicode(text, reader="HF tokenizers")
+    excerpt = "a" * 20 + "\udcff" + "b" * 20
+    assert str(caught.value) == (
+        f"text {excerpt!r} has a lone surrogate at index 30 ('\\udcff'): not valid Unicode, which HF tokenizers "
+        "cannot tokenize; decode the bytes properly first"
+    )
+
+
+@pytest.mark.parametrize("index", [0, 19, 20, 21])
+def test_check_unicode_message_near_the_start_names_the_first_surrogate(index):
+    text = "x" * index + "\ud800" + "y" * 25 + "\udfff"
+    with pytest.raises(ValueError) as caught:
+        check_unicode(text, reader="SentencePiece")
+    assert str(caught.value).startswith(f"text {text[max(0, index - 20) : index + 21]!r} has a lone surrogate at ")
+    assert f" at index {index} ('\\ud800'): " in str(caught.value)
+
+
+def test_splitter_repr_names_the_class_the_specials_and_lowercase():
+    assert repr(SpecialTokenSplitter({"<s>": 0, "[MASK]": 4}, lowercase=True)) == (
+        "SpecialTokenSplitter({'<s>': 0, '[MASK]': 4}, lowercase=True)"
+    )
+    assert repr(SpecialTokenSplitter({})) == "SpecialTokenSplitter({}, lowercase=False)"
+
+
+@needs("transformers", "the peer: transformers' trie")
+def test_split_lowercase_finds_a_special_across_text_and_another_special():
+    tokens = ("[MASK]", "a[M")
+    splitter = SpecialTokenSplitter({token: i for i, token in enumerate(tokens)}, lowercase=True)
+    assert [part for part, _ in splitter.split("A[MASK]")] == v4_split(tokens, "A[MASK]", lowercase=True)
