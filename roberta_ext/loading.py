@@ -63,8 +63,7 @@ def from_pretrained(
     fairseq's default BPE would give wrong ids, so that is refused, naming the arguments to pass.
     ``dtype=torch.bfloat16`` runs inference in bf16: faster on CPUs with AVX512-BF16/AMX and on
     GPUs, at the cost of about three significant digits in the features. ``dtype="int8"`` puts
-    every linear layer in int8 for CPU inference, inputs quantized per token, the layers that read
-    the residual stream smoothed (SmoothQuant) on a calibration batch of the dictionary's tokens
+    every linear layer in int8 for CPU inference, inputs quantized per token, q/k/v and fc1 smoothed
     (:mod:`roberta_ext.export.int8`; speed and cosines to fp32 in docs/export.md).
 
     Models trained with the plugin on WordPiece or SentencePiece data (BERT, ALBERT, ELECTRA)
