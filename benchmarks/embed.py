@@ -64,7 +64,7 @@ from benchmarks.run import (  # noqa: E402
     Section,
     alternate,
     encoder_flops,
-    matmul,
+    fp32_matmul_rate,
     progress,
     run_section,
     write_results,
@@ -292,8 +292,7 @@ def encode_run(
             raise AssertionError(f"{label}: embeddings differ from {name}'s by {measured['max_abs_difference']}")
     progress(f"{label}: timing {len(texts)} texts, {repeats} rounds")
     timings = alternate(contenders, repeats)
-    multiply, flops = matmul(1024, torch.float32)
-    rate = flops / alternate({"matmul": multiply}, 5)["matmul"]
+    rate = fp32_matmul_rate()
     lengths, padded = token_counts(ours, texts)
     layers, width = shape
     work = encoder_flops(lengths, layers, width, 4 * width)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
 import random
 import shutil
@@ -77,7 +76,7 @@ from benchmarks.run import (
     encoder_args,
     encoder_flops,
     fairseq_cli,
-    matmul,
+    fp32_matmul_rate,
     progress,
     run_command,
     run_section,
@@ -136,18 +135,6 @@ QUICK_PLAN = Plan(
 
 
 MASK_PROB = 0.15  # --mask-prob of both pretraining tasks (fairseq's default)
-
-
-def fp32_matmul_rate(repeats: int = 5) -> float:
-    """FLOP/s of a 1024 x 1024 fp32 product at this process's torch threads (those of the runs)."""
-    multiply, flops = matmul(1024, torch.float32)
-    multiply()
-    best = math.inf
-    for _ in range(repeats):
-        begun = time.perf_counter()
-        multiply()
-        best = min(best, time.perf_counter() - begun)
-    return flops / best
 
 
 def training_flops_per_token(lengths: Sequence[int], layers: int, width: int, lm_head_vocab: int = 0) -> float:

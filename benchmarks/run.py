@@ -404,6 +404,13 @@ def matmul(n: int, dtype: torch.dtype, device: str = "cpu") -> tuple[Callable[[]
     return (lambda: torch.mm(a, b, out=out)), 2.0 * n**3
 
 
+def fp32_matmul_rate(n: int = 1024, repeats: int = 5) -> float:
+    """FLOP/s of an n x n fp32 product on the CPU at this process's torch threads (median of
+    ``repeats``): the limit the matmul shares of the benchmarks divide by."""
+    multiply, flops = matmul(n, torch.float32)
+    return flops / alternate({"matmul": multiply}, repeats)["matmul"]
+
+
 def gpu_description() -> dict[str, Any]:
     """The GPU, as torch sees it."""
     props = torch.cuda.get_device_properties(0)

@@ -254,23 +254,11 @@ def test_each_legacy_pooling_flag_alone(tmp_path, flag):
 
 
 def test_legacy_pooling_flags_together_in_sentence_transformers_order(tmp_path):
-    assert list(LEGACY_POOLING_FLAGS.values()) == [
-        "cls",
-        "max",
-        "mean",
-        "mean_sqrt_len_tokens",
-        "weightedmean",
-        "lasttoken",
-    ]  # the order of sentence-transformers' Pooling.get_pooling_mode_str and forward
+    # the order of sentence-transformers' Pooling.get_pooling_mode_str and forward
+    order = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+    assert tuple(LEGACY_POOLING_FLAGS.values()) == order
     every = dict.fromkeys(reversed(list(LEGACY_POOLING_FLAGS)), True)
-    assert read_sentence_transformers(st_folder(tmp_path, pooling=every))[1].pooling == (
-        "cls",
-        "max",
-        "mean",
-        "mean_sqrt_len_tokens",
-        "weightedmean",
-        "lasttoken",
-    )
+    assert read_sentence_transformers(st_folder(tmp_path, pooling=every))[1].pooling == order
     none = dict.fromkeys(LEGACY_POOLING_FLAGS, False)
     assert read_sentence_transformers(st_folder(tmp_path / "b", pooling=none))[1].pooling == ("mean",)
     assert read_sentence_transformers(st_folder(tmp_path / "c", pooling={}))[1].pooling == ("mean",)
