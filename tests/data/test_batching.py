@@ -21,8 +21,13 @@ def test_rows_are_right_padded_in_the_first_rows_dtype():
     batch = pad_right(rows, pad=-100)
     assert batch.dtype == torch.int32
     assert batch.tolist() == [[7, 8, -100, -100], [9, 10, 11, 12], [5, -100, -100, -100]]
-    with pytest.raises(ValueError, match="no rows"):
+    with pytest.raises(ValueError, match=r"^no rows to pad into a batch$"):
         pad_right([], pad=1)
+
+
+def test_collating_no_rows_says_so():
+    with pytest.raises(ValueError, match=r"^cannot build a batch from no sentences$"):
+        batching.collate([], pad=1)
 
 
 def test_the_batch_takes_the_first_rows_dtype_when_rows_differ():
