@@ -240,6 +240,8 @@ def predict_file(
     >>> predict_file(hub.model, hub.inputs, rows, "RTE.tsv", labels=hub.labels).metrics  # doctest: +SKIP
     {'accuracy': 0.787}
     """
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
     head = choose_head(model, head)
     num_classes = model.classification_heads[head].num_classes
     regression = num_classes == 1 if regression is None else regression
@@ -266,7 +268,8 @@ def predict_file(
         for index, (row, logits) in enumerate(predicted):
             if regression:
                 values = (logits * regression_scale).tolist()
-                prediction: Any = values[0] if len(values) == 1 else values
+                shortest = [float(_number(v)) for v in values]  # JSONL as TSV: 0.1, not 0.10000000149011612
+                prediction: Any = shortest[0] if len(shortest) == 1 else shortest
                 text = " ".join(_number(v) for v in values)
                 scores.add(row.label, values, f"{where}:{row.line}")
             else:
