@@ -162,7 +162,7 @@ class GPT2Kind:
                 merges.append((first, second))
         else:
             raise FileNotFoundError(f"{str(directory)!r} has neither vocab.json + merges.txt nor a BPE tokenizer.json")
-        bpe = _transformers_bpe(vocab, merges)
+        bpe = _transformers_bpe(vocab, merges, vocab_size)
         # Index i is vocab.json's id i; specials keep their names so the hub finds <s>, <mask>, ...
         names: dict[int, str] = {}
         for token, token_id in vocab.items():  # the first token of an id names it
@@ -240,11 +240,13 @@ class WordPieceKind:
             tokens = [t for t, _ in sorted(fast["vocab"].items(), key=lambda item: item[1])]
         else:
             raise FileNotFoundError(f"{str(directory)!r} has neither vocab.txt nor a WordPiece tokenizer.json")
-        names = {
-            k: tokenizer_config[k]
-            for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")
-            if isinstance(tokenizer_config.get(k), str)
-        }
+        names: dict[str, Any] = {}
+        for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token"):
+            name = tokenizer_config.get(k)
+            if isinstance(name, Mapping):  # an AddedToken, as transformers 4 wrote it: {"content": ..., ...}
+                name = name.get("content")
+            if isinstance(name, str):
+                names[k] = name
         return PieceTokenizer.for_vocabulary(
             WordPieceTokenizer(tokens, **options, **names, source=str(directory)), "wordpiece"
         )
@@ -460,13 +462,14 @@ def write_transformers_tokenizer(tokenizer: Tokenizer, directory: Path, *, max_p
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def _transformers_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> GPT2BPE:
+def _transformers_bpe(vocab: dict[str, int], merges: list[tuple[str, str]], vocab_size: int) -> GPT2BPE:
     """GPT-2 BPE over transformers' ``vocab.json`` (token -> model index) and merges.
 
     A vocabulary exported from a fairseq model lacks the BPE tokens its ``dict.txt`` lacked;
     transformers' tokenizer turns those into ``<unk>``, and so do we: they enter the encoder
-    with ids past the model's vocabulary, which the dictionary does not know and maps to
-    ``<unk>`` (fairseq's behaviour for symbols missing from ``dict.txt``).
+    with ids past the model's vocabulary (``vocab_size`` rows, which may be more than
+    ``vocab.json`` lists), which the dictionary does not know and maps to ``<unk>`` (fairseq's
+    behaviour for symbols missing from ``dict.txt``).
     """
     encoder: dict[str, int] = {}
     owned: set[int] = set()
@@ -474,7 +477,7 @@ def _transformers_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> G
         if token_id not in owned:
             encoder[token] = token_id
             owned.add(token_id)
-    next_id = max(encoder.values(), default=-1) + 1
+    next_id = max(max(encoder.values(), default=-1) + 1, vocab_size)
     for token in [*bytes_to_unicode().values(), *(t for a, b in merges for t in (a, b, a + b))]:
         if token not in encoder:
             encoder[token] = next_id
