@@ -114,6 +114,12 @@ def _number(value: float) -> str:
     return str(np.float32(value))
 
 
+def _regression_prediction(values: list[float]) -> tuple[float | list[float], str]:
+    """A regression head's outputs as JSONL's value and TSV's text, each number as float32's shortest text."""
+    shortest = [float(_number(v)) for v in values]
+    return shortest[0] if len(shortest) == 1 else shortest, " ".join(_number(v) for v in values)
+
+
 @dataclass
 class PredictStats:
     """What :func:`predict_file` did."""
@@ -268,9 +274,8 @@ def predict_file(
         for index, (row, logits) in enumerate(predicted):
             if regression:
                 values = (logits * regression_scale).tolist()
-                shortest = [float(_number(v)) for v in values]  # JSONL as TSV: 0.1, not 0.10000000149011612
-                prediction: Any = shortest[0] if len(shortest) == 1 else shortest
-                text = " ".join(_number(v) for v in values)
+                prediction: Any
+                prediction, text = _regression_prediction(values)
                 scores.add(row.label, values, f"{where}:{row.line}")
             else:
                 k = int(logits.argmax())

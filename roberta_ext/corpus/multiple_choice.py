@@ -83,16 +83,19 @@ class ChoiceExample:
 
 def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, Any]]:
     """``(file:line, parsed JSON)`` for each non-blank line of a JSONL file."""
-    with open(path, encoding="utf-8") as lines:
+    # Bytes that are not UTF-8 are kept (as surrogates) and refused with the line they are on: a
+    # strict reader fails while decoding a whole block, often at a line before theirs.
+    with open(path, encoding="utf-8", errors="surrogateescape") as lines:
         number = 0
         while True:
-            try:
-                line = lines.readline()
-            except UnicodeDecodeError as error:
-                raise CorpusError(f"{path}:{number + 1}: not valid UTF-8 ({error.reason})") from None
+            line = lines.readline()
             if not line:
                 return
             number += 1
+            try:
+                line.encode("utf-8", "surrogateescape").decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise CorpusError(f"{path}:{number}: not valid UTF-8 ({error.reason})") from None
             if not line.strip():
                 continue
             try:
