@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -15,6 +16,7 @@ import pytest
 import torch
 from filelock import FileLock
 from hypothesis import Phase, settings
+from tqdm import tqdm
 
 from tests import peers
 from tests.bpe_fixtures import BpeFiles, build_bpe_files
@@ -93,6 +95,15 @@ def run_without_fairseq(program: str, *args: str, cwd: Path = REPO) -> subproces
     if result.returncode != 0:
         raise AssertionError(f"program failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+@pytest.fixture
+def tqdm_lock_of_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread lock of this test's own for tqdm. Its default lock holds a multiprocessing lock,
+    shared with every process forked after it was made: mutmut forks a process per mutant and kills
+    those that run too long, and one killed while holding it hangs every later one that draws a bar.
+    Test files that draw bars take it with ``pytestmark = pytest.mark.usefixtures(...)``."""
+    monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -9,14 +9,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import threading
 import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from tqdm import tqdm
 
 import roberta_ext
 from roberta_ext.corpus.reading import CorpusError
@@ -57,12 +55,7 @@ NO_LABELS_WARNING = (
 )
 
 
-@pytest.fixture(autouse=True)
-def tqdm_lock_of_this_process(monkeypatch):
-    """tqdm's default lock holds a multiprocessing lock, shared with every process forked after it
-    was made: mutmut forks a process per mutant and kills those that run too long, and one killed
-    while holding it would hang every later one that draws a bar. A thread lock of this test's own."""
-    monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
+pytestmark = pytest.mark.usefixtures("tqdm_lock_of_this_process")
 
 
 @pytest.fixture(scope="module")

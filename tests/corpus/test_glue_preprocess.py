@@ -11,11 +11,9 @@ import importlib.util
 import io
 import re
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
-from tqdm import tqdm
 
 from roberta_ext.corpus import CorpusError, glue
 from roberta_ext.corpus.binarize import PreprocessBatch
@@ -24,12 +22,7 @@ from roberta_ext.tokenizers.dictionary import DictionaryFormatError
 from roberta_ext.tokenizers.gpt2_bpe import GPT2BPEFormatError
 from tests.corpus.test_glue_units import QQP_HEADER, STSB_HEADER, stsb_row, write
 
-
-@pytest.fixture(autouse=True)
-def tqdm_lock_of_this_process(monkeypatch):
-    """tqdm's default lock is shared with every process forked after it was made (mutmut forks one
-    per mutant): a thread lock of this test's own."""
-    monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
+pytestmark = pytest.mark.usefixtures("tqdm_lock_of_this_process")
 
 
 # ------------------------------------------------------------------- fairseq-preprocess's runs

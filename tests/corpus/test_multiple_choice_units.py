@@ -15,11 +15,9 @@ import os
 import re
 import runpy
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-from tqdm import tqdm
 
 from roberta_ext.corpus import CorpusError, multiple_choice
 from roberta_ext.corpus.binarize import PreprocessBatch
@@ -42,12 +40,7 @@ from roberta_ext.corpus.tokenize import TokenWriter
 from roberta_ext.tokenizers import GPT2BPE
 from tests.corpus.test_multiple_choice import fairseq_examples, write_race
 
-
-@pytest.fixture(autouse=True)
-def tqdm_lock_of_this_process(monkeypatch):
-    """tqdm's default lock is shared with every process forked after it was made (mutmut forks one
-    per mutant): a thread lock of this test's own."""
-    monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
+pytestmark = pytest.mark.usefixtures("tqdm_lock_of_this_process")
 
 
 def raises(message: str):

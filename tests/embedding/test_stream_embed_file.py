@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
-from tqdm import tqdm
 
 from roberta_ext.corpus.reading import CorpusError
 from roberta_ext.embedding.locking import OutputBusy, lock_path, output_lock
@@ -37,13 +36,7 @@ from roberta_ext.embedding.stream import (
     shard_files,
 )
 
-
-@pytest.fixture(autouse=True)
-def tqdm_lock_of_this_process(monkeypatch):
-    """tqdm's default lock holds a multiprocessing lock, shared with every process forked after it
-    was made: mutmut forks a process per mutant and kills those that run too long, and one killed
-    while holding it would hang every later one that draws a bar. A thread lock of this test's own."""
-    monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
+pytestmark = pytest.mark.usefixtures("tqdm_lock_of_this_process")
 
 
 TEXTS = [f"text {i}" + " word" * (i % 4) for i in range(11)]  # stripped, as every reader strips them

@@ -12,7 +12,6 @@ import math
 import os
 import re
 import sys
-import threading
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,11 +38,7 @@ TOLERANCE = 1e-5
 LENGTHS = (9, 4, 12, 3)  # not sorted: the batch is 12 long, its rows right-padded
 
 
-@pytest.fixture(autouse=True)
-def tqdm_lock_of_this_process(monkeypatch):
-    """tqdm's default lock is shared with every process forked after it was made (mutmut forks a
-    process per mutant and kills those that run too long): a thread lock of this test's own."""
-    monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
+pytestmark = pytest.mark.usefixtures("tqdm_lock_of_this_process")
 
 
 class EveryStepDrawn(tqdm):
