@@ -133,6 +133,15 @@ def _layout(family_name: str) -> TransformersLayout:
     return layout
 
 
+def _classifier_dropout(config: Mapping[str, Any]) -> float:
+    """The head's dropout as transformers' classes read it: ``classifier_dropout`` (BERT, RoBERTa,
+    ELECTRA) or ``classifier_dropout_prob`` (ALBERT) where set, 0.0 included, else the hidden dropout."""
+    for key in ("classifier_dropout", "classifier_dropout_prob"):
+        if config.get(key) is not None:
+            return config[key]
+    return config.get("hidden_dropout_prob", 0.1)
+
+
 def config_from_transformers(config: Mapping[str, Any], *, path: str = "config.json") -> EncoderConfig:
     """Our :class:`EncoderConfig` from a transformers ``config.json`` of any family with a
     transformers layout (BERT, RoBERTa, ALBERT, ELECTRA).
@@ -167,9 +176,7 @@ def config_from_transformers(config: Mapping[str, Any], *, path: str = "config.j
         type_vocab_size=config.get("type_vocab_size", 2),
         dropout=config.get("hidden_dropout_prob", 0.1),
         attention_dropout=config.get("attention_probs_dropout_prob", 0.1),
-        pooler_dropout=config.get("classifier_dropout")
-        or config.get("classifier_dropout_prob")
-        or config.get("hidden_dropout_prob", 0.1),
+        pooler_dropout=_classifier_dropout(config),
         position_style="absolute",
         max_positions=config.get("max_position_embeddings", 512),
     )
