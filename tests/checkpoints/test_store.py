@@ -121,13 +121,17 @@ def server() -> Iterator[RecordingServer]:
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The developer's own settings must not leak in: a proxy would swallow requests to 127.0.0.1,
     # and a cache or offline setting would change what the tests observe.
     for variable in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(variable, raising=False)
     for variable in (CACHE_ENV, OFFLINE_ENV, "XDG_CACHE_HOME"):
         monkeypatch.delenv(variable, raising=False)
+    # Nor may what a test writes leak out: a store that ignored cache_dir (a mutant under make mutation)
+    # would fill ~/.cache, and one unpacking into the working directory would change later tests.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
 
 
 def make_tar_gz(files: dict[str, bytes], *, links: dict[str, str] | None = None) -> bytes:
