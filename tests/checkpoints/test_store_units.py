@@ -787,6 +787,7 @@ def corrupt_zip(kind: str) -> bytes:
         ("inflate.zip", corrupt_zip("deflate"), None),
         ("cut.tar.gz", make_tar_gz({"m/model.pt": bytes(range(256)) * 64})[:-20], None),
     ],
+    ids=["short.tar.gz", "junk.tar", "crc.zip", "inflate.zip", "cut.tar.gz"],  # gzip's header holds the time
 )
 def test_an_unreadable_archive_is_named_in_full_and_leaves_nothing(
     name: str, body: bytes, reason: str | None, tmp_path: Path
