@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from .._io import atomic_directory
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
-from .reading import CorpusError
+from .reading import CorpusError, InputFile
 from .tokenize import TokenWriter
 
 __all__ = [
@@ -82,18 +82,14 @@ class ChoiceExample:
 
 
 def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, Any]]:
-    """``(file:line, parsed JSON)`` for each non-blank line of a JSONL file."""
-    # Bytes that are not UTF-8 are kept (as surrogates) and refused with the line they are on: a
-    # strict reader fails while decoding a whole block, often at a line before theirs.
-    with open(path, encoding="utf-8", errors="surrogateescape") as lines:
-        number = 0
-        while True:
-            line = lines.readline()
-            if not line:
-                return
-            number += 1
+    """``(file:line, parsed JSON)`` for each non-blank line of a JSONL file, read as bytes by
+    :class:`~roberta_ext.corpus.reading.InputFile` (fairseq's line splitting) and decoded a line at a
+    time, so that bytes that are not UTF-8 are named at the line they are on."""
+    source = InputFile(path)
+    try:
+        for number, raw in enumerate(source.lines(), start=1):
             try:
-                line.encode("utf-8", "surrogateescape").decode("utf-8")
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise CorpusError(f"{path}:{number}: not valid UTF-8 ({error.reason})") from None
             if not line.strip():
@@ -102,6 +98,8 @@ def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, Any]]:
                 yield f"{path}:{number}", json.loads(line)
             except ValueError as error:
                 raise CorpusError(f"{path}:{number}: not valid JSON ({error})") from None
+    finally:
+        source.close()
 
 
 def _check_choices(examples: list[ChoiceExample], path: str | os.PathLike[str]) -> list[ChoiceExample]:

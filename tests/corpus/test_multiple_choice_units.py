@@ -563,12 +563,9 @@ def test_text_only_writes_the_bpe_ids_and_labels_of_every_split(tmp_path, bpe_fi
     )
 
 
-def test_commands_binarize_every_column_with_the_tests_numbered(tmp_path, bpe_files, writer):
-    splits = {"test": TEST, "train": TRAIN, "test1": TEST1, "valid": VALID}
-    out = tmp_path / "mc"
-    stats = prepare_multiple_choice(writer, bpe_files.dict_txt, splits, out, text_only=True, workers=3)
-    dictionary = str(bpe_files.dict_txt.resolve())
-    assert stats.commands == [
+def every_split_commands(out: Path, dictionary: str, workers: int) -> list[list[str]]:
+    """fairseq-preprocess's command for each of the four columns of train, valid, test and test1."""
+    return [
         [
             "fairseq-preprocess",
             "--only-source",
@@ -583,10 +580,18 @@ def test_commands_binarize_every_column_with_the_tests_numbered(tmp_path, bpe_fi
             "--destdir",
             f"{out}/input{i}",
             "--workers",
-            "3",
+            str(workers),
         ]
         for i in range(4)
     ]
+
+
+def test_commands_binarize_every_column_with_the_tests_numbered(tmp_path, bpe_files, writer):
+    splits = {"test": TEST, "train": TRAIN, "test1": TEST1, "valid": VALID}
+    out = tmp_path / "mc"
+    stats = prepare_multiple_choice(writer, bpe_files.dict_txt, splits, out, text_only=True, workers=3)
+    dictionary = str(bpe_files.dict_txt.resolve())
+    assert stats.commands == every_split_commands(out, dictionary, workers=3)
 
 
 def test_commands_of_a_test_split_alone(tmp_path, bpe_files, writer, monkeypatch):
@@ -719,25 +724,7 @@ def test_binarizes_in_the_folder_being_built_and_logs_fairseqs_counts(tmp_path, 
     assert fake.seen == tree(out)
     assert sorted(p.name for p in out.iterdir()) == ["input0", "input1", "input2", "input3", "label", "text"]
     assert log.getvalue() == "input1/valid: 1 sents, 7 tokens, 0.0% replaced (by <unk>)\ninput0/test1: 2 x\n"
-    assert stats.commands == [
-        [
-            "fairseq-preprocess",
-            "--only-source",
-            "--srcdict",
-            dictionary,
-            "--trainpref",
-            f"{out}/text/train.input{i}",
-            "--validpref",
-            f"{out}/text/valid.input{i}",
-            "--testpref",
-            f"{out}/text/test.input{i},{out}/text/test1.input{i}",
-            "--destdir",
-            f"{out}/input{i}",
-            "--workers",
-            "2",
-        ]
-        for i in range(4)
-    ]
+    assert stats.commands == every_split_commands(out, dictionary, workers=2)
     assert capsys.readouterr() == ("", "")
 
 

@@ -286,6 +286,12 @@ def test_every_option_set_equals_bert_tokenizer(option_pairs, text):
 @settings(max_examples=40, deadline=None)
 @given(text=BERT_UTF8_TEXTS)
 def test_pre_tokenizer_equals_tokenizers_normalizer_and_pre_tokenizer(options, text):
+    assert_pre_tokenizer_equals_tokenizers(options, text)
+
+
+def assert_pre_tokenizer_equals_tokenizers(options: dict, text: str) -> None:
+    """Our BertPreTokenizer with ``options`` normalizes and splits ``text`` as the tokenizers library's
+    BertNormalizer and BertPreTokenizer do."""
     ours = BertPreTokenizer(**options)
     normalizer = tokenizers.normalizers.BertNormalizer(
         clean_text=True,

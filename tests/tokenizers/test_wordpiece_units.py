@@ -27,7 +27,7 @@ from roberta_ext.tokenizers.wordpiece import (
     write_vocab,
 )
 from tests.peers import require
-from tests.tokenizers.test_wordpiece import v4_lowercase
+from tests.tokenizers.test_wordpiece import assert_pre_tokenizer_equals_tokenizers, v4_lowercase
 
 pytestmark = pytest.mark.usefixtures("tqdm_lock_of_this_process")
 
@@ -654,20 +654,8 @@ def test_basic_tokenizer_on_corner_characters_equals_transformers(options):
 
 @pytest.mark.parametrize("options", BASIC_OPTIONS, ids=str)
 def test_pre_tokenizer_on_corner_characters_equals_tokenizers(options):
-    import tokenizers
-
     options = {name: value for name, value in options.items() if name != "never_split"}
-    ours = BertPreTokenizer(**options)
-    normalizer = tokenizers.normalizers.BertNormalizer(
-        clean_text=True,
-        handle_chinese_chars=options["tokenize_chinese_chars"],
-        strip_accents=options["strip_accents"],
-        lowercase=options["do_lower_case"],
-    )
-    normalized = normalizer.normalize_str(CORNER_TEXT)
-    assert ours.normalize(CORNER_TEXT) == normalized
-    pre_tokens = [piece for piece, _ in tokenizers.pre_tokenizers.BertPreTokenizer().pre_tokenize_str(normalized)]
-    assert ours.tokenize(CORNER_TEXT) == pre_tokens
+    assert_pre_tokenizer_equals_tokenizers(options, CORNER_TEXT)
 
 
 def _surrogate_message(snippet: str, index: int) -> str:
