@@ -39,12 +39,12 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import regex
 import torch
 
 from .inputs import ModelInputs, extract_features
+from .modeling import EncoderModel
 from .tokenizers.registry import kind_of
 
 __all__ = [
@@ -192,7 +192,7 @@ class WordFeatures:
 
 
 def extract_features_aligned_to_words(
-    model: Any, inputs: ModelInputs, sentence: str, *, return_all_hiddens: bool = False
+    model: EncoderModel, inputs: ModelInputs, sentence: str, *, return_all_hiddens: bool = False
 ) -> WordFeatures:
     """``hub.extract_features_aligned_to_words(sentence)`` as a function of a model and its
     inputs: the words of ``sentence`` (:func:`split_words`), its tokens aligned to them

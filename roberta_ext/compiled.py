@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from .modeling.encoder import TransformerEncoder
+from .modeling.model import EncoderModel
 
 DEFAULT_MAX_BATCH = 64
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -229,11 +230,10 @@ def _encoder_of(target: nn.Module) -> TransformerEncoder:
     module = getattr(target, "model", target)  # a hub holds its model as .model
     if isinstance(module, TransformerEncoder):
         return module
-    encoder = getattr(getattr(module, "encoder", None), "sentence_encoder", None)
-    if not isinstance(encoder, TransformerEncoder):
+    if not isinstance(module, EncoderModel):
         kind = type(target).__name__
-        raise TypeError(f"compile_model takes a hub, a RobertaModel or a TransformerEncoder, not {kind}")
-    return encoder
+        raise TypeError(f"compile_model takes a hub, an EncoderModel or a TransformerEncoder, not {kind}")
+    return module.transformer
 
 
 def compile_model(
@@ -244,7 +244,7 @@ def compile_model(
     length_buckets: Sequence[int] | None = None,
     batch_buckets: Sequence[int] | None = None,
 ) -> BucketedForward:
-    """Serve ``target``'s encoder (a hub, a :class:`~roberta_ext.modeling.RobertaModel` or a
+    """Serve ``target``'s encoder (a hub, an :class:`~roberta_ext.modeling.EncoderModel` or a
     :class:`~roberta_ext.modeling.TransformerEncoder`) in eval mode through ``torch.compile``
     over bucketed shapes (see the module's docstring). ``backend`` and ``mode`` are
     ``torch.compile``'s (default mode: ``"reduce-overhead"``, CUDA graphs, on a GPU; torch's
@@ -253,12 +253,12 @@ def compile_model(
     installed :class:`BucketedForward`; :func:`uncompile_model` removes it.
 
     >>> from roberta_ext.families import preset
-    >>> from roberta_ext.modeling import RobertaModel
-    >>> model = RobertaModel(preset("tiny")).eval()
+    >>> from roberta_ext.modeling import EncoderModel
+    >>> model = EncoderModel(preset("tiny")).eval()
     >>> tokens = torch.tensor([[0, 5, 6, 2], [0, 7, 2, 1]])
-    >>> eager = model(tokens, features_only=True)[0]
+    >>> eager = model.features(tokens).last_hidden_state
     >>> compiled = compile_model(model, backend="eager", length_buckets=[8, 16], batch_buckets=[4])
-    >>> torch.allclose(model(tokens, features_only=True)[0][0], eager[0], atol=1e-6)
+    >>> torch.allclose(model.features(tokens).last_hidden_state[0], eager[0], atol=1e-6)
     True
     >>> list(compiled.calls)    # (batch, length) bucket, return_all_hiddens, segments, device
     [(4, 8, False, False, 'cpu')]

@@ -8,19 +8,20 @@ hub's own model and inputs; the server and the command line call them the same w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from .data.batching import length_batches
 from .inputs import ModelInputs, extract_features
+from .modeling import EncoderModel
 
 __all__ = ["classify", "classify_rows", "fill_mask", "replaced_token_probs", "score_choices", "tag"]
 
 
 def classify(
-    model: Any, inputs: ModelInputs, head: str, tokens: torch.Tensor, *, return_logits: bool = False
+    model: EncoderModel, inputs: ModelInputs, head: str, tokens: torch.Tensor, *, return_logits: bool = False
 ) -> torch.Tensor:
     """Log-probabilities ``(B, num_classes)`` (or logits) of the classification head ``head``
     for encoded rows ``(T,)`` or ``(B, T)``.
@@ -30,12 +31,15 @@ def classify(
     """
     if head not in model.classification_heads:
         raise KeyError(f"no classification head named {head!r}; registered heads: {sorted(model.classification_heads)}")
-    logits = model.classify(head, extract_features(model, inputs, tokens))
+    if tokens.dim() == 1:
+        tokens = tokens.unsqueeze(0)
+    features = extract_features(model, inputs, tokens)
+    logits = model.classify(head, features, padding_mask=tokens.eq(inputs.dictionary.pad()).to(features.device))
     return logits if return_logits else F.log_softmax(logits, dim=-1)
 
 
 def classify_rows(
-    model: Any,
+    model: EncoderModel,
     inputs: ModelInputs,
     head: str,
     rows: Sequence[Sequence[int]],
@@ -53,7 +57,7 @@ def classify_rows(
     >>> classify_rows(hub.model, hub.inputs, "mnli", [hub.inputs.encode("A", "B")], max_tokens=4096)  # doctest: +SKIP
     tensor([[ 2.1, -0.3, -1.9]])
     """
-    logits = torch.empty(len(rows), model.classification_heads[head].num_classes)
+    logits = torch.empty(len(rows), model.num_classes(head))
     with torch.inference_mode():
         for batch in length_batches([len(row) for row in rows], max_tokens=max_tokens, batch_size=batch_size):
             tokens, _ = inputs.collate([rows[i] for i in batch])  # (B, T)
@@ -96,7 +100,7 @@ def choice_rows(
 
 @torch.no_grad()
 def score_choices(
-    model: Any,
+    model: EncoderModel,
     inputs: ModelInputs,
     context: str,
     choices: Sequence[str],
@@ -140,7 +144,7 @@ def score_choices(
 
 
 def tag(
-    model: Any, inputs: ModelInputs, labels: Sequence[str] | None, sentence: str, head: str = "tagger"
+    model: EncoderModel, inputs: ModelInputs, labels: Sequence[str] | None, sentence: str, head: str = "tagger"
 ) -> list[tuple[str, str, float]]:
     """Label every word of ``sentence`` with the token head ``head``: ``[(word, label,
     probability), ...]``. Words are split on whitespace and each is labelled by its first
@@ -160,16 +164,15 @@ def tag(
     ids, firsts = inputs.encode_words(words)
     if len(ids) > inputs.max_positions:
         raise ValueError(f"sentence is {len(ids)} tokens long, more than the model's {inputs.max_positions}")
-    device = next(model.parameters()).device
-    tokens = torch.tensor([ids], device=device)
+    tokens = torch.tensor([ids], device=model.device)
     with torch.no_grad():
-        logits, _ = model(tokens, token_head_name=head, segment_labels=inputs.segment_labels(tokens))
+        logits = model.tag(head, extract_features(model, inputs, tokens))  # (1, T, labels)
     probs, best = logits[0, firsts].float().softmax(dim=-1).max(dim=-1)
     return [(word, labels[k], p) for word, k, p in zip(words, best.tolist(), probs.tolist())]
 
 
 def fill_mask(
-    model: Any, inputs: ModelInputs, masked_input: str, *, mask: str, topk: int = 5
+    model: EncoderModel, inputs: ModelInputs, masked_input: str, *, mask: str, topk: int = 5
 ) -> list[tuple[str, float, str]]:
     """The ``topk`` fillings of the single ``mask`` in ``masked_input``, as ``(filled sentence,
     probability, token)``, most probable first; every probability paired with its own token
@@ -191,15 +194,9 @@ def fill_mask(
     ids = [dictionary.bos(), *left, mask_index, *right, dictionary.eos()]
     if len(ids) > inputs.max_positions:
         raise ValueError(f"tokens exceeds maximum length: {len(ids)} > {inputs.max_positions}")
-    device = next(model.parameters()).device
-    tokens = torch.tensor([ids], dtype=torch.long, device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logits, _ = model(tokens, masked_tokens=tokens.eq(mask_index))  # (1, V)
-    finally:
-        model.train(was_training)
+    tokens = torch.tensor([ids], dtype=torch.long, device=model.device)
+    with model.inference():
+        logits = model.lm_logits(extract_features(model, inputs, tokens), tokens.eq(mask_index))  # (1, V)
     probs, indices = logits[0].softmax(dim=-1).topk(k=topk)
     target = f" {mask}" if f" {mask}" in masked_input else mask
     results = []
@@ -209,7 +206,7 @@ def fill_mask(
     return results
 
 
-def replaced_token_probs(model: Any, inputs: ModelInputs, tokens: torch.Tensor) -> list[tuple[str, float]]:
+def replaced_token_probs(model: EncoderModel, inputs: ModelInputs, tokens: torch.Tensor) -> list[tuple[str, float]]:
     """ELECTRA's "real or fake" for one encoded row ``(T,)``: each token's text and the
     discriminator's probability that it was replaced, ``<s>``/``</s>`` left out.
 
@@ -220,7 +217,7 @@ def replaced_token_probs(model: Any, inputs: ModelInputs, tokens: torch.Tensor) 
 
     if tokens.dim() != 1:
         raise ValueError(f"replaced_token_probs takes one sentence, got tokens of shape {tuple(tokens.shape)}")
-    tokens = tokens.to(next(model.parameters()).device)
+    tokens = tokens.to(model.device)
     with torch.no_grad():
         probs = discriminate(model, tokens[None], inputs.segment_labels(tokens[None]))[0]
     dictionary = inputs.dictionary

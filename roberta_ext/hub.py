@@ -106,7 +106,8 @@ class RobertaHubInterface(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.model.encoder.sentence_encoder.embed_tokens.weight.device
+        """Where the model's weights are."""
+        return self.model.device
 
     def max_positions(self) -> int:
         """Longest token sequence the model accepts, ``<s>`` and ``</s>`` included."""

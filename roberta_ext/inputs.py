@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, overload
 
 import torch
 
 from .data.batching import collate
 from .families import get_family
+from .modeling import EncoderModel
 from .tokenizers.dictionary import Dictionary
 from .tokenizers.registry import Tokenizer
 
@@ -139,8 +140,8 @@ class ModelInputs:
     """Longest row the model accepts, ``<s>`` and ``</s>`` included."""
 
     @classmethod
-    def for_model(cls, model: Any, tokenizer: Tokenizer) -> ModelInputs:
-        """The inputs of ``model`` (anything with ``cfg`` and ``max_positions()``) over ``tokenizer``."""
+    def for_model(cls, model: EncoderModel, tokenizer: Tokenizer) -> ModelInputs:
+        """The inputs of ``model`` over ``tokenizer``."""
         return cls(tokenizer=tokenizer, layout=pair_layout(model.cfg), max_positions=model.max_positions())
 
     @property
@@ -215,8 +216,20 @@ class ModelInputs:
         return self.segments(tokens) if self.layout.segments else None
 
 
+@overload
 def extract_features(
-    model: Any, inputs: ModelInputs, tokens: torch.Tensor, *, return_all_hiddens: bool = False
+    model: EncoderModel, inputs: ModelInputs, tokens: torch.Tensor, *, return_all_hiddens: Literal[False] = False
+) -> torch.Tensor: ...
+@overload
+def extract_features(
+    model: EncoderModel, inputs: ModelInputs, tokens: torch.Tensor, *, return_all_hiddens: Literal[True]
+) -> list[torch.Tensor]: ...
+@overload
+def extract_features(
+    model: EncoderModel, inputs: ModelInputs, tokens: torch.Tensor, *, return_all_hiddens: bool
+) -> torch.Tensor | list[torch.Tensor]: ...
+def extract_features(
+    model: EncoderModel, inputs: ModelInputs, tokens: torch.Tensor, *, return_all_hiddens: bool = False
 ) -> torch.Tensor | list[torch.Tensor]:
     """Features ``(B, T, C)`` of encoded rows ``(T,)`` or ``(B, T)`` (with
     ``return_all_hiddens``: the embeddings and every layer's output), segment ids computed from
@@ -229,18 +242,13 @@ def extract_features(
         tokens = tokens.unsqueeze(0)
     if tokens.size(-1) > inputs.max_positions:
         raise ValueError(f"tokens exceeds maximum length: {tokens.size(-1)} > {inputs.max_positions}")
-    tokens = tokens.to(device=model.encoder.sentence_encoder.embed_tokens.weight.device)
-    features, extra = model(
-        tokens,
-        features_only=True,
-        return_all_hiddens=return_all_hiddens,
-        segment_labels=inputs.segment_labels(tokens),
-    )
-    return extra["inner_states"] if return_all_hiddens else features
+    tokens = tokens.to(device=model.device)
+    out = model.features(tokens, segment_labels=inputs.segment_labels(tokens), return_all_hiddens=return_all_hiddens)
+    return list(out.hidden_states) if out.hidden_states is not None else out.last_hidden_state
 
 
 def extract_features_long(
-    model: Any, inputs: ModelInputs, tokens: torch.Tensor, *, stride: int | None = None
+    model: EncoderModel, inputs: ModelInputs, tokens: torch.Tensor, *, stride: int | None = None
 ) -> torch.Tensor:
     """Features ``(1, T, C)`` of one encoded row of any length, by sliding windows.
 
@@ -258,7 +266,7 @@ def extract_features_long(
         raise ValueError(f"extract_features_long takes one sequence (T,), got shape {tuple(tokens.shape)}")
     limit = inputs.max_positions
     if tokens.numel() <= limit:
-        return cast(torch.Tensor, extract_features(model, inputs, tokens))
+        return extract_features(model, inputs, tokens)
     bos, eos = inputs.dictionary.bos(), inputs.dictionary.eos()
     has_bos, has_eos = int(tokens[0]) == bos, int(tokens[-1]) == eos
     content = tokens[int(has_bos) : tokens.numel() - int(has_eos)]
@@ -270,7 +278,7 @@ def extract_features_long(
     if starts[-1] + window < content.numel():
         starts.append(content.numel() - window)
     rows = [torch.cat([tokens.new_tensor([bos]), content[s : s + window], tokens.new_tensor([eos])]) for s in starts]
-    features = cast(torch.Tensor, extract_features(model, inputs, torch.stack(rows)))  # (W, window + 2, C)
+    features = extract_features(model, inputs, torch.stack(rows))  # (W, window + 2, C)
 
     out = features.new_empty(content.numel(), features.size(-1))
     best = torch.full((content.numel(),), -1, dtype=torch.long)
@@ -292,7 +300,7 @@ class ServedModel(Protocol):
     model, its inputs and how it pools sentence embeddings. A hub is one; features never
     import the hub's class."""
 
-    model: Any
+    model: EncoderModel
     inputs: ModelInputs
     sentence_embedding: Any
     """A :class:`~roberta_ext.embedding.pooling.SentenceEmbedding`."""

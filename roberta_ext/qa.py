@@ -353,7 +353,6 @@ def best_span(start_logits: torch.Tensor, end_logits: torch.Tensor, max_answer_t
     return float(scores[i, j]), i, j
 
 
-@torch.no_grad()
 def answer(
     hub: Any,
     question: str,
@@ -403,29 +402,25 @@ def answer(
     )
     dictionary = hub.dictionary
     layout = pair_layout(model.cfg)
-    device = next(model.parameters()).device
+    device = model.device
 
     best = (float("-inf"), -1, -1)  # (score, first token, last token) over the whole context
     null_score = float("inf")
-    was_training = model.training
-    model.eval()
-    try:
+    with model.inference():
         for begin in range(0, len(windows), batch_size):
             chunk = windows[begin : begin + batch_size]
             batch = collate_windows(
                 chunk, bos=dictionary.bos(), eos=dictionary.eos(), pad=dictionary.pad(), layout=layout
             )
             segments = None if batch.segment_labels is None else batch.segment_labels.to(device)
-            logits, _ = model(batch.tokens.to(device), token_head_name=head, segment_labels=segments)  # (B, T, 2)
-            logits = logits.float().cpu()
+            features = model.features(batch.tokens.to(device), segment_labels=segments).last_hidden_state
+            logits = model.tag(head, features).float().cpu()  # (B, T, 2)
             for row, (window, offset) in enumerate(zip(chunk, batch.context_offsets)):
                 null_score = min(null_score, float(logits[row, 0, 0] + logits[row, 0, 1]))
                 span = logits[row, offset : offset + len(window.context)]  # (L, 2)
                 score, i, j = best_span(span[:, 0], span[:, 1], max_answer_tokens)
                 if score > best[0]:
                     best = (score, window.context_start + i, window.context_start + j)
-    finally:
-        model.train(was_training)
 
     score, first, last = best
     if first < 0 or score <= null_score + null_threshold:

@@ -173,3 +173,51 @@ def test_no_function_grows_past_80_lines():
     assert not grew, f"long functions that grew (allowed, now): {grew}"
     done = [name for name in LONG_FUNCTIONS if lengths.get(name, 0) <= MAX_FUNCTION_LINES]
     assert not done, f"gone or {MAX_FUNCTION_LINES} lines or fewer now: remove them from LONG_FUNCTIONS: {done}"
+
+
+# ------------------------------------------------------------------------- the model interface
+
+ENCODER_PATH_OWNERS = ("roberta_ext.modeling", "roberta_ext.fairseq_plugin")
+"""The packages that may name fairseq's ``encoder.sentence_encoder`` path: the model itself and
+the fairseq plugin, whose models fairseq's code reaches into by that path."""
+
+
+def _code_strings_and_attributes(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """Attribute names and string constants of ``tree``, docstrings and other bare string
+    statements (which describe, never run) left out, with their lines."""
+    described = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            yield node.attr, node.lineno
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in described:
+            yield node.value, node.lineno
+
+
+def test_only_the_model_and_the_plugin_name_fairseqs_encoder_path():
+    """Features use the model's typed interface (``features``, ``transformer``, ``embed_tokens``,
+    ``device``); state-dict key tables spell the path through ``modeling.ENCODER_PREFIX``."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{line}"
+        for name, path in MODULES.items()
+        if not name.startswith(ENCODER_PATH_OWNERS)
+        for text, line in _code_strings_and_attributes(ast.parse(path.read_text(encoding="utf-8")))
+        if "sentence_encoder" in text
+    ]
+    assert not offenders, f"fairseq's encoder path outside modeling/ and fairseq_plugin/: {offenders}"
+
+
+def test_public_functions_take_the_model_type_not_any():
+    """A public function's (or method's) ``model`` parameter is annotated with the model type
+    (``EncoderModel``), never ``Any``: a reader sees what it takes, mypy checks what it calls."""
+    offenders = []
+    for name, path in MODULES.items():
+        if name.startswith("roberta_ext.fairseq_plugin"):  # fairseq's own model classes
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.name.startswith("_"):
+                continue
+            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            for argument in arguments:
+                if argument.arg == "model" and ast.unparse(argument.annotation or ast.Constant(None)) == "Any":
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
+    assert not offenders, f"functions taking `model: Any` (annotate EncoderModel): {offenders}"

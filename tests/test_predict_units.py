@@ -22,6 +22,7 @@ from roberta_ext.corpus.rows import Row
 from roberta_ext.families import preset
 from roberta_ext.inputs import ModelInputs, pair_layout
 from roberta_ext.metrics import METRICS
+from roberta_ext.modeling import EncoderOutput
 from roberta_ext.predict import OUTPUT_FORMATS, PredictStats, _class_names, choose_head, predict_file, predict_rows
 from roberta_ext.tokenizers import GPT2BPE, Dictionary, FairseqGPT2Tokenizer
 from tests.peers import require
@@ -74,15 +75,16 @@ class StandIn:
         self.inputs = inputs
         self.texts = {tuple(inputs.encode(*t)[: inputs.max_positions]): t for t in texts}
         self.classification_heads = {name: SimpleNamespace(num_classes=n) for name, n in (heads or {HEAD: 3}).items()}
-        self.encoder = SimpleNamespace(
-            sentence_encoder=SimpleNamespace(embed_tokens=SimpleNamespace(weight=torch.zeros(1)))
-        )
+        self.device = torch.device("cpu")
         self.batches: list[int] = []
 
-    def __call__(self, tokens, *, features_only, return_all_hiddens, segment_labels):
-        return tokens.unsqueeze(-1), {}
+    def num_classes(self, head):
+        return self.classification_heads[head].num_classes
 
-    def classify(self, head, features):
+    def features(self, tokens, *, segment_labels, return_all_hiddens):
+        return EncoderOutput(tokens.unsqueeze(-1))  # the "features" are the tokens themselves
+
+    def classify(self, head, features, *, padding_mask=None):
         self.batches.append(len(features))
         pad = self.inputs.dictionary.pad()
         rows = [tuple(t for t in row if t != pad) for row in features[..., 0].tolist()]

@@ -7,6 +7,7 @@ character offsets, no-answer) on models whose scores the test controls.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from roberta_ext import qa
 from roberta_ext.families import preset
 from roberta_ext.hub import RobertaHubInterface
-from roberta_ext.modeling import RobertaModel
+from roberta_ext.modeling import EncoderOutput, RobertaModel
 from roberta_ext.tokenizers.dictionary import Dictionary
 from roberta_ext.tokenizers.gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer
 from tests.bpe_fixtures import UNICODE_SAMPLES
@@ -234,25 +235,35 @@ def test_loss_is_cross_entropy_over_candidates():
 
 
 class ScoringModel(torch.nn.Module):
-    """A stand-in QA model: start logit ``+5`` on ``start_token``, end logit ``+5`` on
-    ``end_token``, ``null`` for both at position 0, zero elsewhere."""
+    """A stand-in QA model on the model's typed interface: start logit ``+5`` on
+    ``start_token``, end logit ``+5`` on ``end_token``, ``null`` for both at position 0, zero
+    elsewhere (its "features" are the token ids themselves)."""
+
+    device = torch.device("cpu")
 
     def __init__(self, start_token: int, end_token: int, null: float, family: str = "roberta") -> None:
         super().__init__()
         self.cfg = SimpleNamespace(family=family, type_vocab_size=2 if family != "roberta" else 0)
         self.token_heads = {"qa": SimpleNamespace(num_classes=2)}
         self.start_token, self.end_token, self.null = start_token, end_token, null
-        self.weight = torch.nn.Parameter(torch.zeros(()))
         self.calls: list[torch.Tensor] = []
 
-    def forward(self, tokens, token_head_name=None, segment_labels=None):
-        assert token_head_name == "qa" and (segment_labels is None) == (self.cfg.type_vocab_size == 0)
+    def inference(self):
+        return contextlib.nullcontext(self)
+
+    def features(self, tokens, *, segment_labels=None, return_all_hiddens=False):
+        assert (segment_labels is None) == (self.cfg.type_vocab_size == 0)
         self.calls.append(tokens)
+        return EncoderOutput(tokens[..., None].float())  # (B, T, 1)
+
+    def tag(self, name, features):
+        assert name == "qa"
+        tokens = features[..., 0].long()
         logits = torch.zeros(*tokens.shape, 2)
         logits[..., 0] += 5.0 * tokens.eq(self.start_token)
         logits[..., 1] += 5.0 * tokens.eq(self.end_token)
         logits[:, 0] = self.null
-        return logits, {}
+        return logits
 
 
 def scoring_hub(tokenizer, model, max_positions=512):

@@ -24,7 +24,7 @@ import torch
 
 from .._io import atomic_path
 from ..families import get_family, preset
-from ..modeling import EncoderConfig, RobertaModel
+from ..modeling import ENCODER_PREFIX, EncoderConfig, RobertaModel
 from ..modeling.config import CHECKPOINT_OPTIONS, FAIRSEQ_NAMES
 from .safe_load import CheckpointError, load_checkpoint_file
 from .state import drop_pretraining_modules, load_state_strict
@@ -39,7 +39,7 @@ KEY_RENAMES: list[tuple[str, str]] = [
 # A fused projection is split into these, in the order they are stacked along dim 0.
 FUSED_QKV: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj")
 # Keys of the file that carry no weights we need.
-IGNORED_KEYS: tuple[str, ...] = ("encoder.sentence_encoder.embed_positions._float_tensor",)
+IGNORED_KEYS: tuple[str, ...] = (ENCODER_PREFIX + "embed_positions._float_tensor",)
 _HEAD_KEY = re.compile(r"^(classification_heads|token_heads)\.([^.]+)\.(dense|out_proj)\.weight$")
 
 
@@ -80,7 +80,7 @@ def upgrade_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torc
                 upgraded[f"{prefix}{name}.{kind}"] = part
         elif key not in IGNORED_KEYS:
             upgraded[key] = tensor
-    upgraded.setdefault("encoder.sentence_encoder.version", torch.Tensor([3]))
+    upgraded.setdefault(ENCODER_PREFIX + "version", torch.Tensor([3]))
     return upgraded
 
 
@@ -149,7 +149,7 @@ def config_from_checkpoint(
     Shapes come from the tensors (they cannot lie); what tensors cannot tell — the number of
     heads, activations, dropout — comes from the options.
     """
-    prefix = "encoder.sentence_encoder."
+    prefix = ENCODER_PREFIX
     try:
         vocab_size, embedding_size = state_dict[prefix + "embed_tokens.weight"].shape
         num_positions = state_dict[prefix + "embed_positions.weight"].shape[0]

@@ -23,11 +23,11 @@ import torch
 from torch import nn
 
 from ..families import families
-from ..modeling import RobertaModel
+from ..modeling import ENCODER_PREFIX, RobertaModel
 from .safe_load import CheckpointError
 
 LM_OUTPUT = "encoder.lm_head.weight"
-EMBEDDINGS = "encoder.sentence_encoder.embed_tokens.weight"
+EMBEDDINGS = ENCODER_PREFIX + "embed_tokens.weight"
 
 
 def _listed(names: list[str], limit: int = 6) -> str:
@@ -72,7 +72,7 @@ def load_state_strict(
             )
     model.load_state_dict(state, strict=True, assign=True)
     if tied:  # assign=True replaced the shared Parameter by two tensors: tie them again
-        model.encoder.lm_head.weight = model.encoder.sentence_encoder.embed_tokens.weight
+        model.encoder.lm_head.weight = model.embed_tokens.weight
 
 
 def pretraining_modules() -> tuple[str, ...]:

@@ -1,5 +1,5 @@
 """transformers checkpoints <-> our models, for every family with a
-:class:`~roberta_ext.families.TransformersLayout` (RoBERTa, BERT, ALBERT, ELECTRA), without
+:class:`~roberta_ext.families.TransformersLayout` (RoBERTa, BERT, ALBERT, ELECTRA, ModernBERT), without
 importing transformers.
 
 A transformers directory holds ``config.json``, the weights (``model.safetensors``, sharded
@@ -30,33 +30,32 @@ from typing import Any
 import torch
 
 from .._io import atomic_directory
-from ..families import SEQUENCE_HEAD, Family, TransformersLayout, families, family_of_transformers, get_family
-from ..modeling import EncoderConfig, LMHead, RobertaModel
+from ..families import (
+    SEQUENCE_HEAD,
+    TOKEN_HEAD,
+    Family,
+    TransformersLayout,
+    families,
+    family_of_transformers,
+    get_family,
+)
+from ..families.base import TRANSFORMERS_ACTIVATIONS
+from ..modeling import ENCODER_PREFIX, EncoderConfig, LMHead, RobertaModel
 from ..modeling.encoder import init_bert_params
 from .safe_load import CheckpointError, load_torch_file
 from .state import load_state_strict
 
-TOKEN_HEAD = "tagger"
-"""Our name for the head of a ``*ForTokenClassification`` checkpoint."""
 QA_HEAD = "qa"
 """Our name for the start/end head of a ``*ForQuestionAnswering`` checkpoint (a 2-label token head)."""
 
-_ENC = "encoder.sentence_encoder."
+_ENC = ENCODER_PREFIX
 _TOKEN_HEADS = {
     "ForTokenClassification": ("classifier", f"token_heads.{TOKEN_HEAD}.out_proj"),
     "ForQuestionAnswering": ("qa_outputs", f"token_heads.{QA_HEAD}.out_proj"),
 }
 # Buffers transformers keeps in some files; they hold no learned values.
 _IGNORED = re.compile(r"(^|\.)(embeddings\.position_ids|embeddings\.token_type_ids)$")
-_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_new": "gelu_accurate",
-    "gelu_pytorch_tanh": "gelu_accurate",
-    "gelu_fast": "gelu_accurate",
-    "relu": "relu",
-    "tanh": "tanh",
-    "linear": "linear",
-}
+_ACTIVATIONS = TRANSFORMERS_ACTIVATIONS
 
 
 @dataclass
@@ -207,9 +206,18 @@ def key_map(cfg: EncoderConfig, architecture: str, *, base_prefix: str | None = 
         modules.append(_TOKEN_HEADS[suffix])
     mapping = {f"{ours}.{kind}": f"{hf}.{kind}" for hf, ours in modules for kind in ("weight", "bias")}
     if with_lm_head:
-        mapping["encoder.lm_head.bias"] = f"{table.lm_decoder}.bias"
+        mapping["encoder.lm_head.bias"] = _lm_output_keys(table)[1]
     # Modules that take no bias, or that this config does not have, are dropped against the model.
     return mapping
+
+
+def _lm_output_keys(table: TransformersLayout) -> tuple[str, str, str | None]:
+    """transformers' keys of the LM output layer: ``(tied weight, bias, duplicate of the bias)``
+    — BERT's ``cls.predictions.{decoder.weight, bias, decoder.bias}``, ModernBERT's
+    ``decoder.{weight, bias}`` (no duplicate)."""
+    if table.lm_output_layer:
+        return f"{table.lm_decoder}.weight", f"{table.lm_decoder}.bias", None
+    return f"{table.lm_decoder}.decoder.weight", f"{table.lm_decoder}.bias", f"{table.lm_decoder}.decoder.bias"
 
 
 def _suffix(architecture: str) -> str:
@@ -281,20 +289,13 @@ def load_transformers(directory: str | os.PathLike[str]) -> LoadedTransformers:
     used = {mapping[ours] for ours in state if ours in mapping}
 
     if not model.has_lm_head:  # no MLM head in the file: a freshly initialised one, flagged
-        fresh = LMHead(
-            cfg.embed_dim,
-            cfg.vocab_size,
-            cfg.activation_fn,
-            weight=torch.nn.Parameter(torch.empty(0)),
-            input_dim=cfg.encoder_embed_dim,
-            layer_norm_eps=cfg.layer_norm_eps,
-        )
+        fresh = LMHead.for_config(cfg, torch.nn.Parameter(torch.empty(0)))
         fresh.apply(init_bert_params)
         state.update({f"encoder.lm_head.{k}": v for k, v in fresh.state_dict().items() if k != "weight"})
     embed_key = table.modules[0][0].format(p=base_prefix) + ".weight"
-    decoder_w, decoder_b = f"{table.lm_decoder}.decoder.weight", f"{table.lm_decoder}.decoder.bias"
-    for duplicate, original in ((decoder_w, embed_key), (decoder_b, f"{table.lm_decoder}.bias")):
-        if duplicate in tensors and original in tensors:
+    decoder_w, bias, decoder_b = _lm_output_keys(table)
+    for duplicate, original in ((decoder_w, embed_key), (decoder_b, bias)):
+        if duplicate is not None and duplicate in tensors and original in tensors:
             if not torch.equal(tensors[duplicate], tensors[original]):
                 raise CheckpointError(
                     f"{str(d)!r}: {duplicate} differs from {original}; untied output projections are not supported"
@@ -304,7 +305,7 @@ def load_transformers(directory: str | os.PathLike[str]) -> LoadedTransformers:
         model, state, source=f"{d} ({architecture})", file_names=mapping, unused=sorted(set(tensors) - used)
     )
     if cfg.share_layers == "all":  # one module, assigned once per layer name: make sure it is one
-        layers = model.encoder.sentence_encoder.layers
+        layers = model.transformer.layers
         assert all(layer is layers[0] for layer in layers)
     labels = None
     if config.get("id2label") and suffix in ("ForSequenceClassification", "ForTokenClassification"):
@@ -358,10 +359,19 @@ def transformers_config(model: RobertaModel, architecture: str, labels: list[str
     """The ``config.json`` transformers needs to rebuild ``model`` as ``architecture``."""
     cfg = model.cfg
     table = _layout(cfg.family)
-    if cfg.encoder_normalize_before or not cfg.layernorm_embedding or cfg.untie_weights:
+    family_cfg = get_family(cfg.family).preset("base")
+    if (
+        cfg.encoder_normalize_before != family_cfg.encoder_normalize_before
+        or cfg.layernorm_embedding != family_cfg.layernorm_embedding
+        or cfg.untie_weights
+    ):
+        if family_cfg.encoder_normalize_before:
+            shape, other = f"transformers' {cfg.family} is pre-LN", "post-LN"
+        else:
+            shape, other = "transformers' BERT/RoBERTa/ALBERT are post-LN", "pre-LN"
         raise ValueError(
-            "transformers' BERT/RoBERTa/ALBERT are post-LN with an embedding LayerNorm and a tied "
-            "LM head; this model differs (pre-LN, no embedding LayerNorm or untied head)"
+            f"{shape} with an embedding LayerNorm and a tied LM head; this model differs "
+            f"({other}, no embedding LayerNorm or untied head)"
         )
     if not table.shared_layers and cfg.share_layers != "none":
         raise ValueError(
@@ -371,7 +381,7 @@ def transformers_config(model: RobertaModel, architecture: str, labels: list[str
         raise ValueError(
             f"transformers' {cfg.family} has no factorized embeddings; this model's are {cfg.embedding_size} wide"
         )
-    family_positions = get_family(cfg.family).preset("base").position_style
+    family_positions = family_cfg.position_style
     if cfg.position_style != family_positions:
         raise ValueError(
             f"transformers' {cfg.family} uses {family_positions} positions; this model has "
@@ -424,7 +434,11 @@ def transformers_state_dict(model: RobertaModel, architecture: str) -> dict[str,
     one per transformers key: shared ALBERT layers appear once)."""
     ours = model.state_dict()
     mapping = key_map(model.cfg, architecture)
-    heads = [k for k in mapping if k.startswith(("classification_heads.", "token_heads.")) and k not in ours]
+    heads = [  # a head's weights (a head may have no biases: ModernBERT's)
+        k
+        for k in mapping
+        if k.startswith(("classification_heads.", "token_heads.")) and k.endswith(".weight") and k not in ours
+    ]
     if heads:
         raise ValueError(
             f"{architecture} needs the head {heads[0].rsplit('.', 2)[0]!r}, which this model does not have"
@@ -432,8 +446,9 @@ def transformers_state_dict(model: RobertaModel, architecture: str) -> dict[str,
     # Shared ALBERT layers map several of our names onto one transformers name: one copy each.
     out = {hf: ours[key].detach().to("cpu").clone().contiguous() for key, hf in mapping.items() if key in ours}
     table = _layout(model.cfg.family)
-    if _suffix(architecture) in ("ForMaskedLM", "ForPreTraining") and table.lm_head:
-        out[f"{table.lm_decoder}.decoder.bias"] = out[f"{table.lm_decoder}.bias"].clone()
+    _, bias, duplicate_bias = _lm_output_keys(table)
+    if _suffix(architecture) in ("ForMaskedLM", "ForPreTraining") and table.lm_head and duplicate_bias:
+        out[duplicate_bias] = out[bias].clone()
     if table.optional_segments and model.cfg.type_vocab_size == 0:
         out[f"{table.base_prefix}embeddings.token_type_embeddings.weight"] = torch.zeros(1, model.cfg.encoder_embed_dim)
     return out

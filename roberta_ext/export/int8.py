@@ -327,7 +327,7 @@ def input_maxima(model: nn.Module, linears: list[nn.Linear], batches: Iterable[t
     >>> from roberta_ext.families import preset
     >>> from roberta_ext.modeling import RobertaModel
     >>> model = RobertaModel(preset("tiny")).eval()
-    >>> fc1 = model.encoder.sentence_encoder.layers[0].fc1
+    >>> fc1 = model.transformer.layers[0].fc1
     >>> input_maxima(model, [fc1], [torch.tensor([[0, 5, 6, 2]])])[0].shape
     torch.Size([32])
     """
@@ -385,7 +385,7 @@ def quantize_int8(
     >>> from roberta_ext.families import preset
     >>> from roberta_ext.modeling import RobertaModel
     >>> model = quantize_int8(RobertaModel(preset("tiny")).eval())
-    >>> model.encoder.sentence_encoder.layers[0].fc1
+    >>> model.transformer.layers[0].fc1
     Int8Linear(in_features=32, out_features=64, per-token int8 inputs)
     """
     if activations not in ACTIVATIONS:

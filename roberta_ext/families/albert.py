@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..modeling.config import EncoderConfig
+from ..modeling.model import ENCODER_PREFIX
 from .base import BERT_STYLE_EMBEDDINGS, LARGE, SEQUENCE_HEAD, TINY, Family, TransformersLayout
 
 SENTENCE_ORDER_HEAD = "sentence_order"
@@ -103,7 +104,7 @@ FAMILY = Family(
         layer=_ALBERT_LAYER,
         modules=[("{p}" + theirs, ours) for theirs, ours in BERT_STYLE_EMBEDDINGS]
         + [
-            ("{p}encoder.embedding_hidden_mapping_in", "encoder.sentence_encoder.embed_proj"),
+            ("{p}encoder.embedding_hidden_mapping_in", ENCODER_PREFIX + "embed_proj"),
             ("{p}pooler", "pooler.dense"),
         ],
         lm_head=[

@@ -22,6 +22,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..modeling.model import ENCODER_PREFIX
+
 if TYPE_CHECKING:
     from ..modeling import EncoderConfig, RobertaModel
 
@@ -59,6 +61,10 @@ class TransformersLayout:
     """The masked-LM head's transform -> ours (``[]``: the family exports none)."""
     lm_decoder: str
     """The module whose ``bias`` (and tied ``decoder.weight``) is the LM output layer's."""
+    lm_output_layer: bool = False
+    """``lm_decoder`` is the output layer itself (ModernBERT's ``decoder``: its ``weight`` the tied
+    embeddings, its ``bias`` the output bias), not a module holding a ``bias`` and a ``decoder``
+    (BERT's ``cls.predictions``)."""
     task_heads: Mapping[str, KeyPairs]
     """Architecture suffix (``ForPreTraining``, ``ForSequenceClassification``, ...) -> the
     sentence-level head modules that architecture adds."""
@@ -191,10 +197,10 @@ def preset(name: str, **overrides: Any) -> EncoderConfig:
 
 # transformers' BERT, RoBERTa and ELECTRA share these names; ALBERT has its own layer names.
 BERT_STYLE_EMBEDDINGS: KeyPairs = [
-    ("embeddings.word_embeddings", "encoder.sentence_encoder.embed_tokens"),
-    ("embeddings.position_embeddings", "encoder.sentence_encoder.embed_positions"),
-    ("embeddings.token_type_embeddings", "encoder.sentence_encoder.segment_embeddings"),
-    ("embeddings.LayerNorm", "encoder.sentence_encoder.layernorm_embedding"),
+    ("embeddings.word_embeddings", ENCODER_PREFIX + "embed_tokens"),
+    ("embeddings.position_embeddings", ENCODER_PREFIX + "embed_positions"),
+    ("embeddings.token_type_embeddings", ENCODER_PREFIX + "segment_embeddings"),
+    ("embeddings.LayerNorm", ENCODER_PREFIX + "layernorm_embedding"),
 ]
 BERT_STYLE_LAYER: KeyPairs = [  # transformers "encoder.layer.{i}." + name -> ours "layers.{i}." + name
     ("attention.self.query", "self_attn.q_proj"),
@@ -221,3 +227,15 @@ LARGE: dict[str, Any] = dict(
 """The shape of every family's ``large`` preset (BERT-large's, RoBERTa-large's)."""
 SEQUENCE_HEAD = "classifier"
 """Our name for the head of a ``*ForSequenceClassification`` checkpoint."""
+TOKEN_HEAD = "tagger"
+"""Our name for the head of a ``*ForTokenClassification`` checkpoint."""
+TRANSFORMERS_ACTIVATIONS: dict[str, str] = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_accurate",
+    "gelu_pytorch_tanh": "gelu_accurate",
+    "gelu_fast": "gelu_accurate",
+    "relu": "relu",
+    "tanh": "tanh",
+    "linear": "linear",
+}
+"""transformers' activation names (``hidden_act``, ModernBERT's ``hidden_activation``) -> ours."""

@@ -35,7 +35,7 @@ transformers' ``ElectraForPreTraining`` checkpoints load into it through
 >>> model = ElectraPretrainingModel(preset("electra-tiny"))
 >>> model.generator.cfg.encoder_embed_dim, model.cfg.encoder_embed_dim, model.cfg.embed_dim
 (8, 32, 16)
->>> model.generator.encoder.sentence_encoder.embed_tokens is model.encoder.sentence_encoder.embed_tokens
+>>> model.generator.embed_tokens is model.embed_tokens
 True
 """
 
@@ -51,7 +51,7 @@ from torch import nn
 
 from ..modeling.config import EncoderConfig
 from ..modeling.encoder import get_activation_fn, init_bert_params
-from ..modeling.model import RobertaModel
+from ..modeling.model import ENCODER_PREFIX, RobertaModel
 from .base import BERT_STYLE_EMBEDDINGS, BERT_STYLE_LAYER, LARGE, SEQUENCE_HEAD, TINY, Family, TransformersLayout
 from .bert import bert_config
 
@@ -144,7 +144,7 @@ def make_generator(model: RobertaModel, fraction: float | EncoderConfig = DEFAUL
             f"discriminator's ({model.cfg.vocab_size} x {model.cfg.embed_dim}) to be shared"
         )
     generator = RobertaModel(gen_cfg)
-    ours, theirs = model.encoder.sentence_encoder, generator.encoder.sentence_encoder
+    ours, theirs = model.transformer, generator.transformer
     for name in SHARED_EMBEDDINGS:
         setattr(theirs, name, getattr(ours, name))
     if not gen_cfg.untie_weights:
@@ -158,8 +158,10 @@ def freeze_unused_lm_head(model: RobertaModel) -> None:
     data-parallel does not wait for their gradients. The tied output matrix is the token
     embedding and keeps training."""
     head = model.encoder.lm_head
-    for param in (*head.dense.parameters(), *head.layer_norm.parameters(), head.bias):
+    for param in (*head.dense.parameters(), *head.layer_norm.parameters()):
         param.requires_grad_(False)
+    if head.bias is not None:  # a head may have no output bias (cfg.lm_output_bias)
+        head.bias.requires_grad_(False)
     if model.cfg.untie_weights:
         head.weight.requires_grad_(False)
 
@@ -271,7 +273,7 @@ def electra_forward(
     sampled = sample_replacements(generator_logits, disallowed_ids=disallowed, generator=generator)  # (N,)
     corrupted = original.masked_scatter(masked, sampled)  # (B, T); row-major, as the LM head gathered
     labels = corrupted.ne(original)  # a sample equal to the original is an original
-    features, _ = model.encoder.sentence_encoder(corrupted, segment_labels=segment_labels)  # (B, T, C)
+    features = model.features(corrupted, segment_labels=segment_labels).last_hidden_state  # (B, T, C)
     discriminator_logits = getattr(model, DISCRIMINATOR_HEAD)(features)  # (B, T)
     return ElectraOutput(generator_logits, masked, original, corrupted, labels, discriminator_logits)
 
@@ -358,10 +360,9 @@ def replaced_token_probs(
         )
     if tokens.dim() == 1:
         tokens = tokens.unsqueeze(0)
-    param = next(model.parameters())
-    tokens = tokens.to(param.device)
-    segments = None if segment_labels is None else segment_labels.to(param.device).view_as(tokens)
-    features, _ = model.encoder.sentence_encoder(tokens, segment_labels=segments)  # (B, T, C)
+    tokens = tokens.to(model.device)
+    segments = None if segment_labels is None else segment_labels.to(model.device).view_as(tokens)
+    features = model.features(tokens, segment_labels=segments).last_hidden_state  # (B, T, C)
     probs = torch.sigmoid(head(features).float())  # (B, T)
     return probs.masked_fill(tokens.eq(model.cfg.padding_idx), 0.0)
 
@@ -427,7 +428,7 @@ FAMILY = Family(
         layer_prefix="{p}encoder.layer.{i}.",
         layer=BERT_STYLE_LAYER,
         modules=[("{p}" + theirs, ours) for theirs, ours in BERT_STYLE_EMBEDDINGS]
-        + [("{p}embeddings_project", "encoder.sentence_encoder.embed_proj")],
+        + [("{p}embeddings_project", ENCODER_PREFIX + "embed_proj")],
         lm_head=[],
         lm_decoder="generator_lm_head",
         # The discriminator's replaced-token-detection head is our discriminator_head.

@@ -146,7 +146,7 @@ def make_sbo_head(
     """A freshly initialised span boundary head for ``model`` whose output matrix is the token
     embedding (unless the model unties its LM head, in which case the SBO has its own)."""
     cfg = model.cfg
-    tied = None if cfg.untie_weights else model.encoder.sentence_encoder.embed_tokens.weight
+    tied = None if cfg.untie_weights else model.embed_tokens.weight
     head = SpanBoundaryHead(
         cfg.encoder_embed_dim,
         cfg.embed_dim,
@@ -198,8 +198,8 @@ def spanbert_forward(
     """One encoder pass, then the MLM head and the SBO head on the masked positions.
     ``targets`` (B, T): original tokens at masked positions, ``padding_idx`` elsewhere."""
     masked = targets.ne(model.cfg.padding_idx)  # (B, T)
-    features, _ = model.encoder.sentence_encoder(src_tokens, segment_labels=segment_labels)  # (B, T, C)
-    mlm_logits = model.encoder.lm_head(features, masked)  # (N, V)
+    features = model.features(src_tokens, segment_labels=segment_labels).last_hidden_state  # (B, T, C)
+    mlm_logits = model.lm_logits(features, masked)  # (N, V)
     sbo_logits = getattr(model, SBO_HEAD)(features, masked)  # (N, V)
     return SpanBertOutput(mlm_logits, sbo_logits, targets[masked])
 

@@ -104,6 +104,30 @@ def use_attention(model: ChoosesAttention, strategy: str | None) -> Iterator[Non
         model.set_attention(previous)
 
 
+# ----------------------------------------------------------------------------- positions and windows
+
+
+def real_positions(padding_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) positions of the real tokens among the real tokens of their row, counted from 0
+    (left and right padding alike); a padding position gets its nearest real neighbour's number
+    (its value does not matter: no real token attends to it).
+
+    >>> real_positions(torch.tensor([[True, False, False, True]])).tolist()
+    [[0, 0, 1, 1]]
+    """
+    return ((~padding_mask).cumsum(dim=1) - 1).clamp_(min=0)
+
+
+def window_mask(positions: torch.Tensor, window: int) -> torch.Tensor:
+    """(..., T) positions -> (..., T, T) bool, True where a query may attend a key: at most
+    ``window`` positions away on either side (ModernBERT's local layers: ``local_attention // 2``).
+
+    >>> window_mask(torch.arange(4), 1).int().tolist()
+    [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]]
+    """
+    return (positions[..., :, None] - positions[..., None, :]).abs() <= window
+
+
 # ----------------------------------------------------------------------------- the packed layout
 
 PACKING_MIN_PADDING = 0.1
@@ -204,6 +228,12 @@ class Packing:
         return runs
 
     @cached_property
+    def positions(self) -> torch.Tensor:
+        """(N,) each packed token's position in its own sequence, from 0 (rotary positions restart
+        at every sequence)."""
+        return self.pack(real_positions(self.padding_mask))
+
+    @cached_property
     def offsets(self) -> torch.Tensor:
         """``cu_seqlens`` as int64: the offsets of a nested jagged tensor. One tensor per batch,
         so that every layer's nested tensors share one ragged dimension."""
@@ -245,7 +275,7 @@ def packing_for(strategy: str, padding_mask: torch.Tensor) -> Packing | None:
 
 
 def per_sequence_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float, window: int | None = None
 ) -> torch.Tensor:
     """Packed (N, H, D) queries, keys and values -> (N, H, D), one SDPA call per run of
     consecutive sequences of one length: such a run of c sequences of length L is a (c, L, H, D)
@@ -258,43 +288,55 @@ def per_sequence_attention(
     summed, a pass over (N, H, D) per run and per q, k and v, where ``split``'s backward is one
     ``cat``. Training batches are not sorted by length (fairseq's fine-tuning shuffles them), so
     a run per sequence is the rule there: at 16 sequences the slices' backward took a third of
-    the attention's time."""
+    the attention's time.
+
+    With a ``window`` (local layers), a run longer than the window gets a banded (L, L) mask:
+    the attention is still computed over the whole run, the window only masks it."""
     sizes = [length * count for length, count in packing.length_runs]
     out = []
     for (length, count), *runs in zip(packing.length_runs, q.split(sizes), k.split(sizes), v.split(sizes)):
         # (c * L, H, D) -> (c, H, L, D) views: 4-D inputs, for which CPU SDPA takes its fused kernel.
         qs, ks, vs = (t.view(count, length, *t.shape[1:]).transpose(1, 2) for t in runs)
-        attended = attention(qs, ks, vs, dropout_p=dropout_p)  # (c, H, L, D)
+        band = None
+        if window is not None and length > window + 1:
+            band = window_mask(torch.arange(length, device=q.device), window)  # (L, L)
+        attended = attention(qs, ks, vs, band, dropout_p=dropout_p)  # (c, H, L, D)
         out.append(attended.transpose(1, 2).reshape(length * count, *q.shape[1:]))
     return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def padded_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float, window: int | None = None
 ) -> torch.Tensor:
     """Packed (N, H, D) -> (N, H, D) in one SDPA call over the batch, padded back to (B, H, T, D)
-    with padded keys masked out."""
+    with padded keys masked out (and, with a ``window``, keys outside it: a (B, 1, T, T) mask, as
+    this strategy restores the padding anyway)."""
 
     def padded(t: torch.Tensor) -> torch.Tensor:
         return packing.unpack(t).transpose(1, 2)  # (B, H, T, D)
 
     attn_mask = ~packing.padding_mask[:, None, None, :]  # (B, 1, 1, T), True where a key may be attended
+    if window is not None:
+        attn_mask = attn_mask & window_mask(real_positions(packing.padding_mask), window)[:, None]  # (B, 1, T, T)
     out = attention(padded(q), padded(k), padded(v), attn_mask, dropout_p)
     return packing.pack(out.transpose(1, 2))
 
 
 def nested_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float, window: int | None = None
 ) -> torch.Tensor:
     """Packed (N, H, D) -> (N, H, D) in one SDPA call over nested jagged tensors (B, H, j, D):
     the packed tensors are their values as they are, ``packing.offsets`` their offsets. On CUDA
     SDPA takes its flash or memory-efficient kernel; on the CPU it attends sequence by sequence
     in Python (several times slower than :func:`per_sequence_attention`). Dropout is
-    ``F.scaled_dot_product_attention``'s own."""
+    ``F.scaled_dot_product_attention``'s own. SDPA takes no mask with nested tensors: a local
+    layer (``window``) attends through :func:`per_sequence_attention` instead."""
+    if window is not None:
+        return per_sequence_attention(q, k, v, packing, dropout_p, window)
 
     def nested(t: torch.Tensor) -> torch.Tensor:  # (N, H, D) -> (B, H, j, D)
-        jagged = torch.nested.nested_tensor_from_jagged(
-            t, packing.offsets, min_seqlen=min(packing.seq_lens), max_seqlen=packing.max_len
+        jagged = torch.nested.nested_tensor_from_jagged(  # contiguous: a fused projection's chunks are views
+            t.contiguous(), packing.offsets, min_seqlen=min(packing.seq_lens), max_seqlen=packing.max_len
         )
         return jagged.transpose(1, 2)
 
@@ -311,11 +353,12 @@ def varlen_kernel() -> Callable[..., Any]:
 
 
 def varlen_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float, window: int | None = None
 ) -> torch.Tensor:
     """Packed (N, H, D) -> (N, H, D) by torch's variable-length flash kernel, which takes the packed
     tensors as they are with ``packing.cu_seqlens`` and ``packing.max_len``: no padding anywhere.
-    CUDA, fp16/bf16 and no attention dropout only (:func:`varlen_suits`)."""
+    CUDA, fp16/bf16 and no attention dropout only (:func:`varlen_suits`). A ``window`` is the
+    kernel's own sliding window (``window_size=(window, window)``): only the band is computed."""
     if dropout_p:
         raise ValueError(
             f"the varlen attention kernel has no dropout, but attention dropout is {dropout_p} in training: "
@@ -324,7 +367,9 @@ def varlen_attention(
     kernel = varlen_kernel()
     cu, longest = packing.cu_seqlens, packing.max_len
     try:
-        return kernel(q, k, v, cu, cu, longest, longest, scale=q.shape[-1] ** -0.5)
+        band = {} if window is None else {"window_size": (window, window)}
+        q, k, v = (t.contiguous() for t in (q, k, v))  # a fused projection's chunks are strided views
+        return kernel(q, k, v, cu, cu, longest, longest, scale=q.shape[-1] ** -0.5, **band)
     except (NotImplementedError, RuntimeError) as error:
         raise ValueError(
             f"varlen attention runs torch's flash kernel, which needs CUDA and fp16/bf16 inputs with a head size "
@@ -338,7 +383,8 @@ PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {
     "nested": nested_attention,
     "varlen": varlen_attention,
 }
-"""Packed strategy -> ``f(q, k, v, packing, dropout_p)``, (N, H, D) in and out."""
+"""Packed strategy -> ``f(q, k, v, packing, dropout_p)``, (N, H, D) in and out; a local layer
+passes a sixth argument, ``window``: how far its tokens see on either side."""
 
 
 __all__ = [
@@ -356,9 +402,11 @@ __all__ = [
     "packing_for",
     "padded_attention",
     "per_sequence_attention",
+    "real_positions",
     "should_pack",
     "use_attention",
     "varlen_attention",
     "varlen_kernel",
     "varlen_suits",
+    "window_mask",
 ]

@@ -22,7 +22,8 @@ from typing import Any
 from .attention import ATTENTION_STRATEGIES, checked_strategy
 
 ACTIVATIONS = ("gelu", "gelu_accurate", "relu", "tanh", "linear")
-POSITION_STYLES = ("fairseq", "absolute")
+POSITION_STYLES = ("fairseq", "absolute", "rotary")
+CLASSIFIER_POOLING = ("cls", "mean")
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 
 
@@ -112,10 +113,11 @@ class EncoderConfig:
     position_style: str = option(
         "fairseq",
         "fairseq: positions count real tokens from padding_idx + 1 (RoBERTa); absolute: position t is "
-        "row t (BERT, ALBERT, ELECTRA)",
+        "row t (BERT, ALBERT, ELECTRA); rotary: no position table, queries and keys are rotated by "
+        "their position among the real tokens, counted from 0 (ModernBERT)",
         choices=POSITION_STYLES,
     )
-    layer_norm_eps: float = option(1e-5, "epsilon of every LayerNorm (BERT's family: 1e-12)")
+    layer_norm_eps: float = option(1e-5, "epsilon of every LayerNorm (BERT's family: 1e-12; ModernBERT's norm_eps)")
     share_layers: str = option(
         "none",
         "ALBERT's cross-layer sharing: all layers one set of weights, only the ffn blocks, only the "
@@ -126,6 +128,64 @@ class EncoderConfig:
         False,
         "BERT's pooler (dense + tanh on the first token) under sentence-level heads; without it each "
         "classification head has its own dense layer",
+    )
+
+    # ---- the modern encoders' options (ModernBERT); the defaults are RoBERTa's layers ----
+
+    rotary_theta: float = option(
+        160000.0,
+        "position_style rotary: base (theta) of the rotary position frequencies of the global layers "
+        "(ModernBERT's global_rope_theta)",
+    )
+    local_rotary_theta: float = option(
+        10000.0,
+        "position_style rotary: base (theta) of the rotary position frequencies of the local "
+        "(sliding-window) layers (ModernBERT's local_rope_theta)",
+    )
+    local_attention: int | None = option(
+        None,
+        "width of the local layers' attention window: a token attends to the tokens at most "
+        "local_attention // 2 positions away (ModernBERT: 128); None: every layer attends globally",
+    )
+    global_attn_every_n_layers: int = option(
+        1,
+        "with local_attention: layer i attends globally when i is a multiple of this, locally "
+        "otherwise (ModernBERT: 3); 1: every layer is global",
+    )
+    gated_ffn: bool = option(
+        False,
+        "gated feed-forward (GLU; with gelu, ModernBERT's GeGLU): fc1 is twice encoder_ffn_embed_dim "
+        "wide, and fc2 takes activation(first half) * second half",
+    )
+    fused_qkv: bool = option(
+        False,
+        "one qkv_proj (query | key | value stacked, ModernBERT's Wqkv) instead of q_proj, k_proj and "
+        "v_proj: one matrix product instead of three, and the checkpoint's tensor loaded as it is",
+    )
+    attention_bias: bool = option(True, "biases in the attention's projections (ModernBERT: none)")
+    ffn_bias: bool = option(True, "biases in the feed-forward block's fc1 and fc2 (ModernBERT's mlp_bias)")
+    norm_bias: bool = option(True, "biases (beta) in every LayerNorm, heads' included (ModernBERT: none)")
+    first_layer_attention_norm: bool = option(
+        True,
+        "pre-LN stacks: whether layer 0 normalises its attention input; ModernBERT's does not (its "
+        "embeddings are already normalised: the norm is the identity there)",
+    )
+    head_bias: bool = option(
+        True,
+        "a bias in the dense layer of the masked-LM head and of normed classification heads "
+        "(ModernBERT's classifier_bias)",
+    )
+    lm_output_bias: bool = option(True, "a bias on the masked-LM head's vocabulary logits (ModernBERT's decoder_bias)")
+    normed_heads: bool = option(
+        False,
+        "ModernBERT's classification and token heads: dense, activation (pooler_activation_fn), "
+        "LayerNorm, dropout, out_proj, with no pooler; False: fairseq's (dropout, dense, activation, "
+        "dropout, out_proj) for sentences and a bare dropout + out_proj for tokens",
+    )
+    classifier_pooling: str = option(
+        "cls",
+        "what a classification head reads: the first token's features (cls) or the mean over the real tokens (mean)",
+        choices=CLASSIFIER_POOLING,
     )
 
     # ---- how fairseq-train runs the model (the hub ignores these) ----
@@ -163,13 +223,41 @@ class EncoderConfig:
                 raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
         if self.attention is not None:
             checked_strategy(self.attention, "attention")
-        for field, allowed in (("position_style", POSITION_STYLES), ("share_layers", LAYER_SHARING)):
+        for field, allowed in (
+            ("position_style", POSITION_STYLES),
+            ("share_layers", LAYER_SHARING),
+            ("classifier_pooling", CLASSIFIER_POOLING),
+        ):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{field}={getattr(self, field)!r} is not one of {allowed}")
         if self.embedding_size is not None and self.embedding_size <= 0:
             raise ValueError(f"embedding_size must be positive or None, got {self.embedding_size}")
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+        if self.local_attention is not None and self.local_attention < 2:
+            raise ValueError(f"local_attention must be at least 2 tokens wide or None, got {self.local_attention}")
+        if self.global_attn_every_n_layers <= 0:
+            raise ValueError(f"global_attn_every_n_layers must be positive, got {self.global_attn_every_n_layers}")
+        if self.classifier_pooling != "cls" and not self.normed_heads:
+            raise ValueError(f"classifier_pooling={self.classifier_pooling!r} needs normed_heads (ModernBERT's heads)")
+        if not self.first_layer_attention_norm and not self.encoder_normalize_before:
+            raise ValueError("first_layer_attention_norm=False needs pre-LN layers (encoder_normalize_before)")
+        if self.position_style == "rotary" and self.head_dim % 2:
+            raise ValueError(f"rotary positions need an even head size, got {self.head_dim}")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.encoder_embed_dim // self.encoder_attention_heads
+
+    def is_local_layer(self, index: int) -> bool:
+        """Whether layer ``index`` attends within its window (``local_attention``) rather than globally.
+
+        >>> cfg = EncoderConfig(local_attention=128, global_attn_every_n_layers=3)
+        >>> [cfg.is_local_layer(i) for i in range(4)]
+        [False, True, True, False]
+        """
+        return self.local_attention is not None and index % self.global_attn_every_n_layers != 0
 
     @property
     def embed_dim(self) -> int:
@@ -180,7 +268,7 @@ class EncoderConfig:
     def num_position_embeddings(self) -> int:
         """Rows of the learned position table: 514 for 512 tokens in fairseq's style, 512 in
         the absolute style."""
-        if self.position_style == "absolute":
+        if self.position_style != "fairseq":
             return self.max_positions
         return self.max_positions + self.padding_idx + 1
 

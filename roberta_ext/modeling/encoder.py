@@ -10,12 +10,22 @@ kernel) is the encoder's choice among the strategies of :mod:`roberta_ext.modeli
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import PACKED_ATTENTION, Packing, checked_strategy, default_attention, packing_for
+from .attention import (
+    PACKED_ATTENTION,
+    Packing,
+    checked_strategy,
+    default_attention,
+    packing_for,
+    real_positions,
+    window_mask,
+)
 from .config import EncoderConfig
 from .dropout import Dropout, attention
 
@@ -91,70 +101,143 @@ class AbsolutePositionalEmbedding(nn.Embedding):
         return self.weight[: tokens.size(1)].unsqueeze(0)
 
 
+Rotary = tuple[torch.Tensor, torch.Tensor]
+"""The cosines and sines (..., T, D) that rotate the queries and keys of T tokens (:func:`rotary`)."""
+
+
+def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> Rotary:
+    """Rotary position embeddings (RoPE, rotate-half style over the whole head, as transformers'
+    ModernBERT): the cosines and sines (..., T, D) for ``positions`` (..., T), from inverse
+    frequencies computed in fp32, then cast to ``dtype``.
+
+    >>> cos, sin = rotary(torch.arange(3), 4, 10000.0, torch.float32)
+    >>> cos.shape, cos[0].tolist()
+    (torch.Size([3, 4]), [1.0, 1.0, 1.0, 1.0])
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=positions.device) / head_dim))
+    freqs = positions[..., None].float() * inv_freq  # (..., T, D / 2)
+    angles = torch.cat((freqs, freqs), dim=-1)  # (..., T, D)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, rotation: Rotary) -> torch.Tensor:
+    """Rotate ``x`` (..., T, H, D) — queries or keys, padded (B, T, H, D) or packed (N, H, D) —
+    by ``rotation``'s (..., T, D) cosines and sines, in fp32 as transformers does."""
+    cos, sin = (t.unsqueeze(-2) for t in rotation)  # (..., T, 1, D): the same for every head
+    x32 = x.float()
+    half = x32.shape[-1] // 2
+    rotated = torch.cat((-x32[..., half:], x32[..., :half]), dim=-1)
+    return (x32 * cos + rotated * sin).to(x.dtype)
+
+
 class MultiheadSelfAttention(nn.Module):
     """Self-attention through ``F.scaled_dot_product_attention`` with fairseq's parameter names
     (in training on the CPU, where SDPA with dropout runs unfused anyway, through
     :func:`~roberta_ext.modeling.dropout.attention`, whose dropout mask is cheaper)."""
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float) -> None:
+    def __init__(
+        self, embed_dim: int, num_heads: int, dropout: float, *, bias: bool = True, fused: bool = False
+    ) -> None:
         super().__init__()
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.dropout = dropout
-        # Created in fairseq's order (k, v, q) so that parameter iteration order matches too.
-        self.k_proj = nn.Linear(embed_dim, embed_dim)
-        self.v_proj = nn.Linear(embed_dim, embed_dim)
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        if fused:  # ModernBERT's Wqkv: query | key | value stacked along the output
+            self.qkv_proj: nn.Linear | None = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
+        else:  # created in fairseq's order (k, v, q) so that parameter iteration order matches too
+            self.qkv_proj = None
+            self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+            self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+            self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None) -> torch.Tensor:
-        """``x``: (B, T, C) with ``attn_mask`` (B, 1, 1, T) bool, True where a key may be attended;
-        or packed (N, C) — the real tokens of several sequences back to back — with ``packing``."""
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values (..., C) of ``x`` (..., C): one product when fused, else three."""
+        if self.qkv_proj is not None:
+            q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+            return q, k, v
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        packing: Packing | None = None,
+        rotation: Rotary | None = None,
+        window: int | None = None,
+    ) -> torch.Tensor:
+        """``x``: (B, T, C) with ``attn_mask`` (B, 1, 1, T) — or (B, 1, T, T) for a local layer —
+        bool, True where a key may be attended; or packed (N, C) — the real tokens of several
+        sequences back to back — with ``packing`` and a local layer's ``window``. ``rotation``:
+        the rotary cosines and sines of the tokens' positions, (B or 1, T, D) or packed (N, D)."""
         if packing is not None:
-            return self._forward_packed(x, packing)
+            return self._forward_packed(x, packing, rotation, window)
         batch, length, _ = x.shape
-
-        def split_heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, H, T, D)
-            return t.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
-
-        q = split_heads(self.q_proj(x))
-        k = split_heads(self.k_proj(x))
-        v = split_heads(self.v_proj(x))
+        q, k, v = (t.view(batch, length, self.num_heads, self.head_dim) for t in self.project(x))  # (B, T, H, D)
+        if rotation is not None:
+            q, k = apply_rotary(q, rotation), apply_rotary(k, rotation)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         dropout_p = self.dropout if self.training else 0.0
         out = attention(q, k, v, attn_mask, dropout_p)  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, C)
         return self.out_proj(out)
 
-    def _forward_packed(self, x: torch.Tensor, packing: Packing) -> torch.Tensor:  # (N, C) -> (N, C)
+    def _forward_packed(
+        self, x: torch.Tensor, packing: Packing, rotation: Rotary | None, window: int | None
+    ) -> torch.Tensor:  # (N, C) -> (N, C)
         # The projections run once over every real token; only the attention itself sees the
         # sequences, so no projection or feed-forward FLOP is spent on padding.
-        q, k, v = (proj(x).view(-1, self.num_heads, self.head_dim) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (t.view(-1, self.num_heads, self.head_dim) for t in self.project(x))  # (N, H, D)
+        if rotation is not None:
+            q, k = apply_rotary(q, rotation), apply_rotary(k, rotation)
         dropout_p = self.dropout if self.training else 0.0
         attend = PACKED_ATTENTION[packing.attention_for(q, dropout_p)]
-        return self.out_proj(attend(q, k, v, packing, dropout_p).reshape(-1, self.embed_dim))
+        # A global layer calls the strategy as every family always has; a local one adds its window.
+        out = attend(q, k, v, packing, dropout_p) if window is None else attend(q, k, v, packing, dropout_p, window)
+        return self.out_proj(out.reshape(-1, self.embed_dim))
+
+
+def layer_norm(cfg: EncoderConfig, dim: int) -> nn.LayerNorm:
+    """A LayerNorm of the config's epsilon, with a bias unless ``cfg.norm_bias`` is False."""
+    return nn.LayerNorm(dim, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
 
 
 class TransformerEncoderLayer(nn.Module):
     """One layer: self-attention and feed-forward blocks, each with a residual and a LayerNorm
-    after it (post-LN, RoBERTa/BERT) or before it (pre-LN)."""
+    after it (post-LN, RoBERTa/BERT) or before it (pre-LN; ModernBERT's layer 0 normalises only
+    its feed-forward input). The feed-forward block is fc1 -> activation -> fc2, or gated
+    (``cfg.gated_ffn``: fc1 gives the input and the gate, activation(input) * gate -> fc2)."""
 
-    def __init__(self, cfg: EncoderConfig) -> None:
+    def __init__(self, cfg: EncoderConfig, index: int = 0) -> None:
         super().__init__()
         dim = cfg.encoder_embed_dim
         self.normalize_before = cfg.encoder_normalize_before
-        self.self_attn = MultiheadSelfAttention(dim, cfg.encoder_attention_heads, cfg.attention_dropout)
-        self.self_attn_layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
-        self.fc1 = nn.Linear(dim, cfg.encoder_ffn_embed_dim)
-        self.fc2 = nn.Linear(cfg.encoder_ffn_embed_dim, dim)
-        self.final_layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
+        self.gated = cfg.gated_ffn
+        self.self_attn = MultiheadSelfAttention(
+            dim, cfg.encoder_attention_heads, cfg.attention_dropout, bias=cfg.attention_bias, fused=cfg.fused_qkv
+        )
+        no_attention_norm = index == 0 and cfg.encoder_normalize_before and not cfg.first_layer_attention_norm
+        self.self_attn_layer_norm: nn.Module = nn.Identity() if no_attention_norm else layer_norm(cfg, dim)
+        ffn_dim = cfg.encoder_ffn_embed_dim
+        self.fc1 = nn.Linear(dim, 2 * ffn_dim if cfg.gated_ffn else ffn_dim, bias=cfg.ffn_bias)
+        self.fc2 = nn.Linear(ffn_dim, dim, bias=cfg.ffn_bias)
+        self.final_layer_norm = layer_norm(cfg, dim)
         self.activation_fn = get_activation_fn(cfg.activation_fn)
         self.activation_fn_ = get_activation_fn(cfg.activation_fn, in_place=True)
         self.dropout = Dropout(cfg.dropout)
         self.activation_dropout = Dropout(cfg.activation_dropout)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, packing: Packing | None = None) -> torch.Tensor:
-        """``x``: (B, T, C) with ``attn_mask``, or packed (N, C) with ``packing`` (see the attention).
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        packing: Packing | None = None,
+        rotation: Rotary | None = None,
+        window: int | None = None,
+    ) -> torch.Tensor:
+        """``x``: (B, T, C) with ``attn_mask``, or packed (N, C) with ``packing``; ``rotation`` and
+        ``window`` for rotary positions and local layers (see the attention).
 
         Without autograd (``torch.no_grad``, ``inference_mode``) the residual sums and the
         activation are written into the fresh outputs of ``out_proj``, ``fc2`` and ``fc1`` instead
@@ -169,7 +252,7 @@ class TransformerEncoderLayer(nn.Module):
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x = add(self.dropout(self.self_attn(x, attn_mask, packing)), residual)
+        x = add(self.dropout(self.self_attn(x, attn_mask, packing, rotation, window)), residual)
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
 
@@ -177,7 +260,11 @@ class TransformerEncoderLayer(nn.Module):
         if self.normalize_before:
             x = self.final_layer_norm(x)
         activation = self.activation_fn_ if in_place else self.activation_fn
-        x = self.activation_dropout(activation(self.fc1(x)))  # (..., F)
+        if self.gated:
+            hidden, gate = self.fc1(x).chunk(2, dim=-1)  # (..., F) each
+            x = self.activation_dropout(self.activation_fn(hidden) * gate)
+        else:
+            x = self.activation_dropout(activation(self.fc1(x)))  # (..., F)
         x = add(self.dropout(self.fc2(x)), residual)
         if not self.normalize_before:
             x = self.final_layer_norm(x)
@@ -206,11 +293,35 @@ def build_layers(cfg: EncoderConfig) -> nn.ModuleList:
     """
     if cfg.share_layers == "all":
         return nn.ModuleList([TransformerEncoderLayer(cfg)] * cfg.encoder_layers)
-    layers = nn.ModuleList(TransformerEncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+    layers = nn.ModuleList(TransformerEncoderLayer(cfg, i) for i in range(cfg.encoder_layers))
     for layer in layers[1:]:
         for part in SHARED_PARTS[cfg.share_layers]:
             setattr(layer, part, getattr(layers[0], part))
     return layers
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """What every layer's attention needs for one batch, computed once per forward and shared by
+    the layers: the key mask (padded path) or the packing, and — for rotary positions and local
+    layers — each kind of layer's rotation, mask and window."""
+
+    mask: torch.Tensor | None = None
+    """Global layers' mask on the padded path: (B, 1, 1, T), or None (no padding, or packed)."""
+    packing: Packing | None = None
+    rotation: Rotary | None = None
+    """Global layers' rotary cosines and sines, (B or 1, T, D) or packed (N, D); None: no rotary."""
+    local_mask: torch.Tensor | None = None
+    """Local layers' mask on the padded path: (B or 1, 1, T, T), the window and the padded keys."""
+    local_rotation: Rotary | None = None
+    window: int | None = None
+    """How far a local layer's tokens see on either side (``local_attention // 2``)."""
+
+    def layer_args(self, local: bool) -> tuple[Any, ...]:
+        """The arguments after ``x`` of a global or a local :class:`TransformerEncoderLayer`."""
+        if local:
+            return self.local_mask, self.packing, self.local_rotation, self.window
+        return self.mask, self.packing, self.rotation, None
 
 
 class TransformerEncoder(nn.Module):
@@ -218,7 +329,10 @@ class TransformerEncoder(nn.Module):
 
     The embeddings are the sum of token, position and (BERT, ALBERT) segment embeddings,
     normalised; when they are narrower than the layers (ALBERT's factorization), a linear
-    ``embed_proj`` maps them to the hidden size.
+    ``embed_proj`` maps them to the hidden size. With rotary positions (ModernBERT) there is no
+    position table: the attention rotates queries and keys by the tokens' positions among the
+    real tokens of their row, from 0, and the local layers (``cfg.local_attention``) attend within
+    their window.
     """
 
     def __init__(self, cfg: EncoderConfig) -> None:
@@ -227,19 +341,23 @@ class TransformerEncoder(nn.Module):
         self.padding_idx = cfg.padding_idx
         dim, embed_dim = cfg.encoder_embed_dim, cfg.embed_dim
         self.embed_tokens = nn.Embedding(cfg.vocab_size, embed_dim, cfg.padding_idx)
-        self.embed_positions: AbsolutePositionalEmbedding | LearnedPositionalEmbedding
+        self.embed_positions: AbsolutePositionalEmbedding | LearnedPositionalEmbedding | None
         if cfg.position_style == "absolute":
             self.embed_positions = AbsolutePositionalEmbedding(cfg.num_position_embeddings, embed_dim)
-        else:
+        elif cfg.position_style == "fairseq":
             self.embed_positions = LearnedPositionalEmbedding(cfg.num_position_embeddings, embed_dim, cfg.padding_idx)
+        else:  # rotary: the positions are in the attention
+            self.embed_positions = None
         # fairseq's name for BERT's token-type embeddings.
         self.segment_embeddings = nn.Embedding(cfg.type_vocab_size, embed_dim) if cfg.type_vocab_size else None
-        self.layernorm_embedding = nn.LayerNorm(embed_dim, eps=cfg.layer_norm_eps) if cfg.layernorm_embedding else None
+        self.layernorm_embedding = layer_norm(cfg, embed_dim) if cfg.layernorm_embedding else None
         self.embed_proj = nn.Linear(embed_dim, dim) if embed_dim != dim else None
         self.dropout = Dropout(cfg.dropout)
         self.layers = build_layers(cfg)
+        self.local_layers = tuple(cfg.is_local_layer(i) for i in range(cfg.encoder_layers))
+        """Which layers attend within their window (``cfg.local_attention``) rather than globally."""
         # Pre-LN stacks end with a LayerNorm; post-LN stacks already end normalised.
-        self.layer_norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps) if cfg.encoder_normalize_before else None
+        self.layer_norm = layer_norm(cfg, dim) if cfg.encoder_normalize_before else None
         # fairseq keeps a format version in every TransformerEncoder state dict; keeping it
         # here too lets state dicts move between the two with strict loading on both sides.
         self.register_buffer("version", torch.Tensor([3]))
@@ -253,6 +371,8 @@ class TransformerEncoder(nn.Module):
         this encoder alone (the config may be shared with other models)."""
 
     def max_positions(self) -> int:
+        if self.embed_positions is None:  # rotary: the longest input the model was trained on
+            return self.cfg.max_positions
         return self.embed_positions.max_positions
 
     def set_attention(self, strategy: str | None) -> str | None:
@@ -281,7 +401,7 @@ class TransformerEncoder(nn.Module):
         has_pads = bool(padding_mask.any())
         x = self.embed(tokens, segment_labels)  # (B, T, C)
         if not has_pads:
-            return self._layers(x, None, return_all_hiddens)
+            return self._layers(x, self.attention_inputs(x, None), return_all_hiddens)
         # fairseq zeroes padded positions once after the embeddings; do the same so that
         # every returned hidden state matches it position for position.
         x = x * (~padding_mask).unsqueeze(-1).type_as(x)
@@ -289,7 +409,7 @@ class TransformerEncoder(nn.Module):
         packing = packing_for(self.attention or default_attention(), padding_mask)
         if packing is not None:
             return self._forward_packed(x, packing, return_all_hiddens)
-        return self._layers(x, (~padding_mask)[:, None, None, :], return_all_hiddens)  # mask (B, 1, 1, T)
+        return self._layers(x, self.attention_inputs(x, padding_mask), return_all_hiddens)
 
     def forward_masked(
         self, tokens: torch.Tensor, return_all_hiddens: bool = False, segment_labels: torch.Tensor | None = None
@@ -309,12 +429,47 @@ class TransformerEncoder(nn.Module):
         padding_mask = tokens.eq(self.padding_idx)  # (B, T), True on padding
         x = self.embed(tokens, segment_labels)  # (B, T, C)
         x = x * (~padding_mask).unsqueeze(-1).type_as(x)
-        return self._layers(x, (~padding_mask)[:, None, None, :], return_all_hiddens)
+        return self._layers(x, self.attention_inputs(x, padding_mask), return_all_hiddens)
+
+    def attention_inputs(
+        self, x: torch.Tensor, padding_mask: torch.Tensor | None, packing: Packing | None = None
+    ) -> AttentionInputs:
+        """What the layers' attention needs for the batch ``x``: (B, T, C) with its ``padding_mask``
+        (B, T) (None: no padding), or packed (N, C) with ``packing``. The masks here are built
+        without a branch on the data (``forward_masked`` compiles this)."""
+        mask = None if padding_mask is None or packing is not None else (~padding_mask)[:, None, None, :]
+        rotary_positions = self.cfg.position_style == "rotary"
+        window = None if self.cfg.local_attention is None else self.cfg.local_attention // 2
+        if not rotary_positions and window is None:
+            return AttentionInputs(mask=mask, packing=packing)
+        if packing is not None:
+            positions = packing.positions  # (N,)
+        elif padding_mask is None:
+            positions = torch.arange(x.shape[1], device=x.device)[None]  # (1, T)
+        else:
+            positions = real_positions(padding_mask)  # (B, T)
+        local_mask = None
+        if window is not None and packing is None and (padding_mask is not None or x.shape[1] > window + 1):
+            band = window_mask(positions, window)[:, None]  # (B or 1, 1, T, T)
+            local_mask = band if mask is None else band & mask
+        if not rotary_positions:
+            return AttentionInputs(mask=mask, packing=packing, local_mask=local_mask, window=window)
+        head_dim, dtype = self.cfg.head_dim, x.dtype
+        return AttentionInputs(
+            mask=mask,
+            packing=packing,
+            rotation=rotary(positions, head_dim, self.cfg.rotary_theta, dtype),
+            local_mask=local_mask,
+            local_rotation=None if window is None else rotary(positions, head_dim, self.cfg.local_rotary_theta, dtype),
+            window=window,
+        )
 
     def embed(self, tokens: torch.Tensor, segment_labels: torch.Tensor | None = None) -> torch.Tensor:
         """The embeddings of (B, T) ``tokens``: token + position (+ segment) embeddings, normalised,
         dropped out and projected to the layers' width: (B, T, C)."""
-        x = self.embed_tokens(tokens) + self.embed_positions(tokens)  # (B, T, E)
+        x = self.embed_tokens(tokens)  # (B, T, E)
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(tokens)
         if self.segment_embeddings is not None:
             if segment_labels is None:
                 x = x + self.segment_embeddings.weight[0]
@@ -328,12 +483,12 @@ class TransformerEncoder(nn.Module):
         return x
 
     def _layers(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, return_all_hiddens: bool
+        self, x: torch.Tensor, inputs: AttentionInputs, return_all_hiddens: bool
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The layer stack on (B, T, C) with ``attn_mask`` (B, 1, 1, T) or None (no padding)."""
+        """The layer stack on (B, T, C) with the masks (and rotations) of ``inputs``."""
         hiddens = [x] if return_all_hiddens else []
-        for layer in self.layers:
-            x = layer(x, attn_mask)
+        for layer, local in zip(self.layers, self.local_layers):
+            x = layer(x, *inputs.layer_args(local))
             if return_all_hiddens:
                 hiddens.append(x)
         if self.layer_norm is not None:
@@ -346,9 +501,10 @@ class TransformerEncoder(nn.Module):
         """The layer stack on real tokens only: (B, T, C) is packed to (N, C), and every output
         is scattered back to (B, T, C) with zeros at padding positions."""
         packed = packing.pack(x)  # (N, C)
+        inputs = self.attention_inputs(packed, None, packing)
         hiddens = [x] if return_all_hiddens else []
-        for layer in self.layers:
-            packed = layer(packed, None, packing)
+        for layer, local in zip(self.layers, self.local_layers):
+            packed = layer(packed, *inputs.layer_args(local))
             if return_all_hiddens:
                 hiddens.append(packing.unpack(packed))
         if self.layer_norm is not None:
@@ -377,12 +533,16 @@ def init_bert_params(module: nn.Module) -> None:
 
 __all__ = [
     "AbsolutePositionalEmbedding",
+    "AttentionInputs",
     "LearnedPositionalEmbedding",
     "build_layers",
     "MultiheadSelfAttention",
     "TransformerEncoder",
     "TransformerEncoderLayer",
+    "apply_rotary",
     "get_activation_fn",
     "init_bert_params",
+    "layer_norm",
     "make_positions",
+    "rotary",
 ]

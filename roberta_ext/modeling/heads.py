@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import EncoderConfig
 from .encoder import get_activation_fn
 
 
@@ -26,17 +27,36 @@ class LMHead(nn.Module):
         *,
         input_dim: int | None = None,
         layer_norm_eps: float = 1e-5,
+        dense_bias: bool = True,
+        norm_bias: bool = True,
+        output_bias: bool = True,
     ):
         super().__init__()
-        self.dense = nn.Linear(input_dim or embed_dim, embed_dim)
+        self.dense = nn.Linear(input_dim or embed_dim, embed_dim, bias=dense_bias)
         self.activation_fn = get_activation_fn(activation_fn)
-        self.layer_norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps)
+        self.layer_norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps, bias=norm_bias)
         if weight is None:  # untied: the head owns its output matrix, initialised as BERT's
             weight = nn.Parameter(torch.empty(output_dim, embed_dim))
             if not weight.is_meta:
                 nn.init.normal_(weight, mean=0.0, std=0.02)
         self.weight = weight
-        self.bias = nn.Parameter(torch.zeros(output_dim))
+        self.bias = nn.Parameter(torch.zeros(output_dim)) if output_bias else None
+
+    @classmethod
+    def for_config(cls, cfg: EncoderConfig, weight: torch.Tensor | None) -> LMHead:
+        """The masked-LM head of a model with ``cfg``, its output matrix ``weight`` (the token
+        embeddings when tied; None: an untied one of its own)."""
+        return cls(
+            cfg.embed_dim,
+            cfg.vocab_size,
+            cfg.activation_fn,
+            weight=weight,
+            input_dim=cfg.encoder_embed_dim,
+            layer_norm_eps=cfg.layer_norm_eps,
+            dense_bias=cfg.head_bias,
+            norm_bias=cfg.norm_bias,
+            output_bias=cfg.lm_output_bias,
+        )
 
     def forward(self, features: torch.Tensor, masked_tokens: torch.Tensor | None = None) -> torch.Tensor:
         """``features``: (B, T, C) -> logits (B, T, V); with a bool ``masked_tokens`` (B, T) only
@@ -46,6 +66,24 @@ class LMHead(nn.Module):
             features = features[masked_tokens, :]  # (N, C)
         x = self.layer_norm(self.activation_fn(self.dense(features)))
         return F.linear(x, self.weight, self.bias)  # the bias inside the product (one pass over N x V fewer)
+
+
+def pool(features: torch.Tensor, pooling: str, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, T, C) features -> (B, C): the first token's (``cls``) or the mean over the real tokens
+    (``mean``; ``padding_mask`` (B, T), True on padding; None: every position is real, as
+    transformers' ModernBERT takes a missing attention mask).
+
+    >>> pool(torch.tensor([[[1.0], [3.0], [9.0]]]), "mean", torch.tensor([[False, False, True]])).tolist()
+    [[2.0]]
+    """
+    if pooling == "cls":
+        return features[:, 0, :]
+    if pooling != "mean":
+        raise ValueError(f"pooling {pooling!r} is not one of ('cls', 'mean')")
+    if padding_mask is None:
+        return features.mean(dim=1)
+    real = (~padding_mask).unsqueeze(-1).to(features.dtype)  # (B, T, 1)
+    return (features * real).sum(dim=1) / real.sum(dim=1)
 
 
 class ClassificationHead(nn.Module):
@@ -65,6 +103,62 @@ class ClassificationHead(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, num_classes)
         x = self.dropout(features[:, 0, :])
         x = self.dropout(self.activation_fn(self.dense(x)))
+        return self.out_proj(x)
+
+
+class NormedClassificationHead(nn.Module):
+    """ModernBERT's classification and token heads: (pooling ->) dense -> activation -> LayerNorm
+    -> dropout -> out_proj. ``pooling`` ``cls`` or ``mean`` gives a sentence head (B, num_classes),
+    ``none`` a token head (B, T, num_classes)."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_classes: int,
+        activation_fn: str,
+        dropout: float,
+        *,
+        pooling: str = "cls",
+        dense_bias: bool = True,
+        norm_bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        if pooling not in ("cls", "mean", "none"):
+            raise ValueError(f"pooling {pooling!r} is not one of ('cls', 'mean', 'none')")
+        self.pooling = pooling
+        self.dense = nn.Linear(dim, dim, bias=dense_bias)
+        self.activation_fn = get_activation_fn(activation_fn)
+        self.layer_norm = nn.LayerNorm(dim, eps=layer_norm_eps, bias=norm_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(dim, num_classes)
+
+    @classmethod
+    def for_config(
+        cls, cfg: EncoderConfig, num_classes: int, *, pooling: str, dropout: float
+    ) -> NormedClassificationHead:
+        """A head of a model with ``cfg``: ``pooling`` is ``cfg.classifier_pooling`` for sentences,
+        ``none`` for tokens."""
+        return cls(
+            cfg.encoder_embed_dim,
+            num_classes,
+            cfg.pooler_activation_fn,
+            dropout,
+            pooling=pooling,
+            dense_bias=cfg.head_bias,
+            norm_bias=cfg.norm_bias,
+            layer_norm_eps=cfg.layer_norm_eps,
+        )
+
+    @property
+    def num_classes(self) -> int:
+        return self.out_proj.out_features
+
+    def forward(self, features: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, C) -> (B, num_classes), or (B, T, num_classes) for a token head; ``padding_mask``
+        (B, T), True on padding, for ``mean`` pooling."""
+        x = features if self.pooling == "none" else pool(features, self.pooling, padding_mask)
+        x = self.dropout(self.layer_norm(self.activation_fn(self.dense(x))))
         return self.out_proj(x)
 
 

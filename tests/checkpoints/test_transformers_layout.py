@@ -648,12 +648,12 @@ def test_family_configs_read_their_own_fields():
         (
             {"model_type": "gpt2"},
             "'cfg.json': model_type 'gpt2' is not supported; known: "
-            "['albert', 'bert', 'electra', 'roberta', 'xlm-roberta']",
+            "['albert', 'bert', 'electra', 'modernbert', 'roberta', 'xlm-roberta']",
         ),
         (
             {"model_type": None},
             "'cfg.json': model_type None is not supported; known: "
-            "['albert', 'bert', 'electra', 'roberta', 'xlm-roberta']",
+            "['albert', 'bert', 'electra', 'modernbert', 'roberta', 'xlm-roberta']",
         ),
         (
             {"position_embedding_type": "relative_key"},
@@ -685,7 +685,8 @@ def test_unsupported_configs_name_config_json_by_default():
 def test_families_without_transformers_layout_are_refused():
     cfg = EncoderConfig(family="spanbert", encoder_layers=1, encoder_embed_dim=32, encoder_attention_heads=4)
     message = (
-        "family 'spanbert' has no transformers counterpart; supported: ['albert', 'bert', 'electra', 'roberta', 'xlmr']"
+        "family 'spanbert' has no transformers counterpart; "
+        "supported: ['albert', 'bert', 'electra', 'modernbert', 'roberta', 'xlmr']"
     )
     with pytest.raises(ValueError, match=re.escape(message) + "$"):
         key_map(cfg, "BertForMaskedLM")

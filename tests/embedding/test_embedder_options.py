@@ -201,7 +201,7 @@ def test_embed_ids_runs_in_eval_mode_and_gives_the_mode_back(hub, training):
     rows = [embedder.encode(text) for text in TEXTS]
     expected = reference(hub, rows)
     modes: list[bool] = []
-    hook = hub.model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    hook = hub.model.transformer.register_forward_pre_hook(lambda module, args: modes.append(module.training))
     hub.model.train(training)
     try:
         torch.testing.assert_close(embedder.embed_ids(rows), expected, atol=1e-5, rtol=1e-5)
@@ -265,12 +265,12 @@ def test_embed_reports_progress_as_embed_ids_does(hub):
 
 
 def test_on_a_gpu_the_default_budget_is_the_gpus(hub):
-    """Only the device of the model's first parameter is read: a stand-in on ``cuda`` needs no GPU."""
+    """Only the model's ``device`` is read: a stand-in on ``cuda`` needs no GPU."""
     from types import SimpleNamespace
 
     from roberta_ext.embedding.embedder import DEFAULT_MAX_TOKENS_CUDA
 
-    on_gpu = SimpleNamespace(parameters=lambda: iter([SimpleNamespace(device=torch.device("cuda", 0))]))
+    on_gpu = SimpleNamespace(device=torch.device("cuda", 0))
     embedder = Embedder.create(on_gpu, hub.inputs, SentenceEmbedding())
     assert embedder.max_tokens == DEFAULT_MAX_TOKENS_CUDA == 32768
     assert Embedder.create(on_gpu, hub.inputs, SentenceEmbedding(), max_tokens=7).max_tokens == 7

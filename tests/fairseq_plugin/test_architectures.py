@@ -52,7 +52,9 @@ def test_architecture_builds_its_preset(family, arch, size):
     args = parse("--arch", arch)
     task = SimpleNamespace(source_dictionary=FakeDictionary(1000, 1))
     preset = family.preset(size)
-    assert config_from_args(args, task) == preset.replace(vocab_size=1000, padding_idx=1)
+    # max_positions comes from --tokens-per-sample, as in fairseq's roberta (FROM_THE_TASK)
+    expected = preset.replace(vocab_size=1000, padding_idx=1, max_positions=args.tokens_per_sample)
+    assert config_from_args(args, task) == expected
     for option, value in family.architecture_defaults.get(size, {}).items():
         assert getattr(args, option) == value
 

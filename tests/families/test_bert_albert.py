@@ -131,7 +131,7 @@ def test_config_rejects_unknown_family_options():
     with pytest.raises(ValueError, match="share_layers"):
         preset("albert-tiny", share_layers="some")
     with pytest.raises(ValueError, match="position_style"):
-        EncoderConfig(position_style="rotary")
+        EncoderConfig(position_style="sinusoidal")
 
 
 @pytest.mark.parametrize("module", [albert, bert, encoder_module])

@@ -16,8 +16,16 @@ PACKAGE = Path(__file__).resolve().parents[2] / "roberta_ext"
 NAMES = {family.name for family in families()}
 
 
-def test_the_six_families_are_registered_in_order():
-    assert [family.name for family in families()] == ["roberta", "bert", "albert", "electra", "spanbert", "xlmr"]
+def test_the_seven_families_are_registered_in_order():
+    assert [family.name for family in families()] == [
+        "roberta",
+        "bert",
+        "albert",
+        "electra",
+        "spanbert",
+        "xlmr",
+        "modernbert",
+    ]
 
 
 @pytest.mark.parametrize("family", families(), ids=lambda family: family.name)
@@ -65,6 +73,7 @@ def test_transformers_model_types_find_their_family():
         "albert": "albert",
         "electra": "electra",
         "xlmr": "xlmr",
+        "modernbert": "modernbert",
     }
     assert family_of_transformers("gpt2") is None
 
