@@ -5,7 +5,9 @@ process, as in the tests, never mix their counts).
 
 * how much is asked and how it goes: ``roberta_ext_requests_total{endpoint, status}``,
   ``roberta_ext_request_errors_total{endpoint, kind}`` (``kind``: the error type of the answer:
-  ``Validation``, ``Empty``, ``Overloaded``, ``Timeout``, ``Backend``, ``Unhealthy``),
+  ``Validation``, ``Empty``, ``Overloaded``, ``Timeout``, ``Backend``, ``Unhealthy``,
+  and ``ClientClosed`` with status 499 for a client that hung up before its answer: not a
+  server error, so that an alert on ``Backend`` or on 5xx stays quiet),
   ``roberta_ext_request_duration_seconds{endpoint}`` (a histogram);
 * how the batching does: ``roberta_ext_queue_depth`` (requests waiting for the model worker),
   ``roberta_ext_queue_duration_seconds`` (time a request waited), ``roberta_ext_batch_requests``

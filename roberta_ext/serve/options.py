@@ -48,7 +48,8 @@ class ServeOptions:
     payload_limit: int = 2_000_000
     """Request body size in bytes at most; a larger body is answered 413 before it is read whole."""
     timeout_s: float = 30.0
-    """Seconds a request may wait and run; past it the answer is 504 and its work is dropped."""
+    """Seconds a request may wait and run; past it the answer is 504 and its work is dropped.
+    Also the time its body may take to arrive (408 after)."""
     threads: int | None = None
     """CPU threads the model worker runs torch with (``torch.set_num_threads``); ``None``: torch's choice."""
     retry_after_s: int = 1

@@ -3,9 +3,11 @@
 Every handler reads its body through these functions, so a malformed body gets the same answer
 on every route: not JSON or not UTF-8 -> 400, a field of the wrong type or value -> 422, an
 empty list -> 400 (``Empty``), too many inputs or an input too long -> 413, as
-text-embeddings-inference answers. Unknown fields are ignored, as TEI and OpenAI's clients
-expect (they send ``user``, ``model``, ...). The error's ``field`` is a path into the body
-(``inputs[3]``, ``ids[0][2]``), so a client can tell which of its inputs was refused.
+text-embeddings-inference answers. A field the route does not take is refused (422) by
+:func:`known_fields`, naming it: an ignored ``topk`` would silently answer with the default
+``top_k``. Each route takes the fields its API documents (TEI's, or OpenAI's ``model``,
+``user``, ...). The error's ``field`` is a path into the body (``inputs[3]``, ``ids[0][2]``),
+so a client can tell which of its inputs was refused.
 
 >>> texts_field({"inputs": ["a", "b"]}, "inputs", max_items=8)
 (['a', 'b'], False)
@@ -14,12 +16,18 @@ expect (they send ``user``, ``model``, ...). The error's ``field`` is a path int
 ... except RequestError as error:
 ...     print(error.status, error.field, error)
 422 inputs[1] inputs[1] must be a string, got a number
+>>> try:
+...     known_fields({"inputs": "a <mask>", "topk": 3}, ("inputs", "top_k"), route="/fill_mask")
+... except RequestError as error:
+...     print(error.status, error.field, error)
+422 topk unknown field 'topk' (did you mean top_k?): /fill_mask takes inputs, top_k
 """
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -28,6 +36,7 @@ __all__ = [
     "choice_field",
     "ids_field",
     "int_field",
+    "known_fields",
     "parse_json_object",
     "predict_inputs_field",
     "str_field",
@@ -82,6 +91,36 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     return value
 
 
+ALIASES = {
+    "topk": "top_k",  # the hub's fill_mask and fairseq spell it so
+    "k": "top_k",
+    "return_logits": "raw_scores",  # the hub's predict
+    "input": "inputs",  # OpenAI's spelling on a TEI route ...
+    "inputs": "input",  # ... and TEI's on OpenAI's
+    "truncation": "truncate",  # transformers' tokenizers
+    "prompt": "prompt_name",
+    "skip_special": "skip_special_tokens",
+}
+"""Other APIs' spellings of a field, for the hint in :func:`known_fields`'s answer."""
+
+
+def known_fields(obj: Mapping[str, Any], fields: Collection[str], *, route: str) -> None:
+    """422 naming every field of ``obj`` that ``route`` does not take (its ``fields``), with
+    ``did you mean`` where the name is another API's spelling (``topk``) or a near miss
+    (``normalise``) of one it takes."""
+    unknown = [name for name in obj if name not in fields]
+    if not unknown:
+        return
+    named = []
+    for name in unknown:
+        guess = ALIASES.get(name)
+        if guess not in fields:
+            guess = next(iter(difflib.get_close_matches(name, sorted(fields), n=1, cutoff=0.75)), None)
+        named.append(f"{name!r}" + (f" (did you mean {guess}?)" if guess else ""))
+    noun = "field" if len(unknown) == 1 else "fields"
+    raise RequestError(422, f"unknown {noun} {', '.join(named)}: {route} takes {', '.join(fields)}", field=unknown[0])
+
+
 def check_text(value: object, field: str) -> str:
     """``value`` if it is a string that UTF-8 can hold; 422 naming ``field`` otherwise.
 
@@ -130,6 +169,10 @@ def texts_field(
             if len(item) != 2:
                 raise RequestError(422, f"{where} must be a pair [text, text], got {len(item)} items", field=where)
             items.append((check_text(item[0], f"{where}[0]"), check_text(item[1], f"{where}[1]")))
+        elif isinstance(item, list):  # say what a list may hold, not only what this item is not
+            raise RequestError(
+                422, f"{where} must be a string, got a list: {name} is a text or a list of texts", field=where
+            )
         else:
             items.append(check_text(item, where))
     return items, False

@@ -18,17 +18,22 @@ Why results never depend on batch-mates: the encoder drops padding before its la
 alone (equal to 1e-6, as ``embed``'s tests check); the tests compare served results with
 in-process ``embed``/``predict``.
 
-What the queue refuses: beyond ``max_concurrent_requests`` requests queued or running,
-:meth:`~BatchingWorker.submit` raises :class:`Overloaded` at once (the server answers 429 with
-``Retry-After``), so memory stays bounded. A job whose client gave up (a timeout cancels its
-future) is skipped if it has not started. A failing batch fails only its own requests: a batch
-of several requests that raises is run again one request at a time, so only the request that
-fails gets the error, and the worker goes on. :meth:`~BatchingWorker.stop` refuses new jobs,
-finishes every accepted one, then ends the thread.
+What the queue refuses: ``max_concurrent_requests`` slots bound the requests in progress, so
+memory stays bounded. The server takes a request's :class:`Slot` with
+:meth:`~BatchingWorker.admit` before it reads the body, so that a refusal (:class:`Overloaded`,
+answered 429 with ``Retry-After``) costs no parsing and no tokenizing: under a storm of retrying
+clients the event loop stays free for the admitted requests and the model stays busy. The slot
+is released when the request ends, however it ends. A job submitted without a slot takes one of
+its own, released when its future is done. A job whose request ended (a timeout, or a client
+gone, cancels its future) leaves the queue at once; one already running finishes. A failing
+batch fails only its own requests: a batch of several requests that raises is run again one
+request at a time, so only the request that fails gets the error, and the worker goes on.
+:meth:`~BatchingWorker.stop` refuses new jobs, finishes every accepted one, then ends the thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -42,7 +47,7 @@ import torch
 
 from .metrics import ServerMetrics
 
-__all__ = ["BatchingWorker", "Job", "Overloaded", "Results", "ShuttingDown", "Task"]
+__all__ = ["BatchingWorker", "Job", "Overloaded", "Results", "ShuttingDown", "Slot", "Task"]
 
 Results = Sequence[Any] | torch.Tensor
 """What a task gives for N items: anything sliced along its first axis (a list, a tensor ``(N, ...)``)."""
@@ -84,6 +89,21 @@ class Job:
             raise ValueError(f"a job needs items and one length each, got {len(self.items)} and {len(self.lengths)}")
 
 
+class Slot:
+    """One of a worker's ``max_concurrent_requests`` places, held by one request from before its
+    body is read until it ends: :meth:`release` frees it (once; a second call does nothing)."""
+
+    def __init__(self, worker: BatchingWorker) -> None:
+        self._worker = worker
+        self.held = True
+
+    def release(self) -> None:
+        with self._worker._condition:
+            if self.held:
+                self.held = False
+                self._worker._in_flight -= 1
+
+
 class BatchingWorker:
     """The model worker thread and its bounded queue.
 
@@ -111,7 +131,7 @@ class BatchingWorker:
         self.threads = threads
         self.metrics = metrics or ServerMetrics()
         self._pending: deque[Job] = deque()
-        self._in_flight = 0  # queued or running
+        self._in_flight = 0  # slots held: requests in progress, and jobs submitted without one
         self._stopping = False
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -128,22 +148,45 @@ class BatchingWorker:
         """Jobs waiting for the worker (the one running not counted)."""
         return len(self._pending)
 
-    def submit(self, job: Job) -> Job:
-        """Queue ``job``; :class:`Overloaded` at once when ``max_concurrent_requests`` are queued
-        or running, :class:`ShuttingDown` once :meth:`stop` was called."""
+    def admit(self) -> Slot:
+        """A slot for one request, taken before any of its work; :class:`Overloaded` at once when
+        ``max_concurrent_requests`` are held, :class:`ShuttingDown` once :meth:`stop` was called.
+        The caller releases it when the request ends, however it ends."""
         with self._condition:
             if self._stopping or self._thread is None:
                 raise ShuttingDown("the server is shutting down")
             if self._in_flight >= self.max_concurrent_requests:
                 raise Overloaded(
-                    f"the model is overloaded: {self._in_flight} requests are queued or running "
+                    f"the model is overloaded: all request slots are taken "
                     f"(--max-concurrent-requests {self.max_concurrent_requests})"
                 )
             self._in_flight += 1
+            return Slot(self)
+
+    def submit(self, job: Job, *, slot: Slot | None = None) -> Job:
+        """Queue ``job``, the work of the request holding ``slot``; without one, the job takes a
+        slot of its own (:meth:`admit`), released when its future is done. :class:`ShuttingDown`
+        once :meth:`stop` was called. A job cancelled before it runs leaves the queue at once."""
+        with self._condition:
+            if self._stopping or self._thread is None:
+                raise ShuttingDown("the server is shutting down")
+            own = self.admit() if slot is None else None
             self._pending.append(job)
             self.metrics.queue_depth.set(len(self._pending))
             self._condition.notify()
+        job.future.add_done_callback(lambda future: self._done(job, own))
         return job
+
+    def _done(self, job: Job, own: Slot | None) -> None:
+        """A job's future is done: free its own slot; a cancelled job leaves the queue (its
+        request has ended: answered 504, or gone), so nothing waits behind it."""
+        with self._condition:
+            if own is not None:
+                own.release()
+            if job.future.cancelled():
+                with contextlib.suppress(ValueError):  # taken by the worker already, and skipped
+                    self._pending.remove(job)
+                self.metrics.queue_depth.set(len(self._pending))
 
     # ------------------------------------------------------------------------ the thread
 
@@ -179,9 +222,6 @@ class BatchingWorker:
                 for job in batch:
                     if not job.future.done():
                         job.future.set_exception(error)
-            finally:
-                with self._condition:
-                    self._in_flight -= len(batch)
             self._record(batch, time.monotonic() - started)
 
     def _take(self) -> list[Job] | None:
@@ -195,7 +235,6 @@ class BatchingWorker:
                 batch = self._select()
                 self.metrics.queue_depth.set(len(self._pending))
                 running = [job for job in batch if job.future.set_running_or_notify_cancel()]
-                self._in_flight -= len(batch) - len(running)  # given up by their clients: skipped
                 if running:
                     return running
 

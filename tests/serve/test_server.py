@@ -6,9 +6,11 @@ failing batch."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import threading
 
 import httpx
+import numpy as np
 import pytest
 import torch
 
@@ -41,6 +43,11 @@ def probabilities(hub, *texts: str) -> torch.Tensor:
 
 def as_tensor(vectors) -> torch.Tensor:
     return torch.tensor(vectors, dtype=torch.float32)
+
+
+def scores(answer: list[dict]) -> dict[str, np.float32]:
+    """``/predict``'s scores by label, read back as the float32 values they were written from."""
+    return {p["label"]: np.float32(p["score"]) for p in answer}
 
 
 # ------------------------------------------------------------------------------ every route
@@ -98,11 +105,9 @@ def test_predict_gives_label_names_and_scores_like_in_process(live, hub):
     assert [p["label"] for p in single] == sorted(
         LABELS, key=lambda label: -probabilities(hub, "Great movie!")[LABELS.index(label)]
     )
-    assert {p["label"]: p["score"] for p in single} == dict(zip(LABELS, probabilities(hub, "Great movie!").tolist()))
+    assert scores(single) == dict(zip(LABELS, probabilities(hub, "Great movie!").detach().numpy()))
     pair = client.post("/predict", json={"inputs": ["A premise.", "A hypothesis."]}).json()
-    assert {p["label"]: p["score"] for p in pair} == dict(
-        zip(LABELS, probabilities(hub, "A premise.", "A hypothesis.").tolist())
-    )
+    assert scores(pair) == dict(zip(LABELS, probabilities(hub, "A premise.", "A hypothesis.").detach().numpy()))
     batch = client.post("/predict", json={"inputs": [["one"], ["two", "three"]], "raw_scores": True}).json()
     logits = classify(hub.model, hub.inputs, HEAD, hub.encode("two", "three"), return_logits=True)
     served = [p["score"] for p in sorted(batch[1], key=lambda p: LABELS.index(p["label"]))]
@@ -114,7 +119,9 @@ def test_fill_mask_tokenize_and_decode(live, hub):
     client, _ = live
     filled = client.post("/fill_mask", json={"inputs": "Hello <mask>!", "top_k": 3}).json()
     expected = hub.fill_mask("Hello <mask>!", topk=3)
-    assert [(f["sequence"], f["score"], f["token_str"]) for f in filled] == expected
+    assert [(f["sequence"], np.float32(f["score"]), f["token_str"]) for f in filled] == [
+        (sequence, np.float32(score), token) for sequence, score, token in expected
+    ]
     both = client.post("/fill_mask", json={"inputs": ["Hello <mask>!", "<mask> world"], "top_k": 1}).json()
     assert len(both) == 2 and both[1][0]["sequence"] == hub.fill_mask("<mask> world", topk=1)[0][0]
 
@@ -303,14 +310,14 @@ def test_a_request_past_its_timeout_gets_504_and_the_server_goes_on(hub):
 def test_a_failing_batch_fails_only_its_own_request(live, hub, monkeypatch):
     client, server = live
     marker = hub.encode("zebra").tolist()[1]  # a token only the failing request holds
-    forward = hub.model.forward
+    features = hub.model.features
 
-    def failing(tokens, *args, **kwargs):
+    def failing(tokens, **kwargs):
         if (tokens == marker).any():
             raise RuntimeError("the marker input broke the model")
-        return forward(tokens, *args, **kwargs)
+        return features(tokens, **kwargs)
 
-    monkeypatch.setattr(hub.model, "forward", failing)
+    monkeypatch.setattr(hub.model, "features", failing)
     texts = ["fine one", "zebra", "fine two", "fine three"]
     answers: dict[str, httpx.Response] = {}
 
@@ -338,13 +345,13 @@ def test_non_finite_outputs_are_an_error_not_nulls(live, hub, monkeypatch):
     """JSON has no NaN: a model answering NaN (a float16 overflow, damaged weights) gets a 500
     naming it, not a list of nulls; the server goes on."""
     client, _ = live
-    forward = hub.model.forward
+    features = hub.model.features
 
-    def broken(tokens, *args, **kwargs):
-        features, extra = forward(tokens, *args, **kwargs)
-        return features.clone().fill_(float("nan")), extra
+    def broken(tokens, **kwargs):
+        out = features(tokens, **kwargs)
+        return dataclasses.replace(out, last_hidden_state=out.last_hidden_state.clone().fill_(float("nan")))
 
-    monkeypatch.setattr(hub.model, "forward", broken)
+    monkeypatch.setattr(hub.model, "features", broken)
     for route, body in (("/embed", {"inputs": "a"}), ("/v1/embeddings", {"input": "a"})):
         failed = client.post(route, json=body)
         assert failed.status_code == 500 and "non-finite values (NaN or infinity)" in str(failed.json()), route

@@ -1,6 +1,6 @@
 """The batching worker alone, without HTTP: which jobs share a batch (same task, within the
-padded-token and row budgets, in arrival order), what a full queue, a cancelled job and a
-failing batch do, and that stopping finishes every accepted job."""
+padded-token and row budgets, in arrival order), what a full queue, a request's slot, a
+cancelled job and a failing batch do, and that stopping finishes every accepted job."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_a_full_queue_refuses_at_once_and_frees_its_slots():
     worker = held_worker(recorder, max_concurrent_requests=2)
     task = recorder.task("embed")
     queued = worker.submit(Job(task, ["a"], [1]))
-    with pytest.raises(Overloaded, match="2 requests are queued or running"):
+    with pytest.raises(Overloaded, match=r"all request slots are taken \(--max-concurrent-requests 2\)"):
         worker.submit(Job(task, ["b"], [1]))
     recorder.release.set()
     queued.future.result(timeout=30)
@@ -86,18 +86,50 @@ def test_a_full_queue_refuses_at_once_and_frees_its_slots():
     worker.stop()
 
 
-def test_a_cancelled_job_is_skipped():
+def test_a_cancelled_job_leaves_the_queue_and_frees_its_slot_at_once():
+    """A request answered 504 cancels its job: the job is gone from the queue, and its slot free
+    for the next request, while the worker is still busy (not when it reaches the job)."""
     recorder = Recorder()
-    worker = held_worker(recorder)
+    worker = held_worker(recorder, max_concurrent_requests=2)
     task = recorder.task("embed")
-    given_up, kept = worker.submit(Job(task, ["gone"], [1])), worker.submit(Job(task, ["kept"], [1]))
+    given_up = worker.submit(Job(task, ["gone"], [1]))
     assert given_up.future.cancel()
+    assert worker.queue_depth == 0
+    kept = worker.submit(Job(task, ["kept"], [1]))  # the slot the cancelled job held
     recorder.release.set()
     assert list(kept.future.result(timeout=30)) == [("embed", "kept")]
     worker.stop()
     assert recorder.batches == [["hold"], ["kept"]]
     with pytest.raises(CancelledError):
         given_up.future.result()
+
+
+def test_a_request_holds_one_slot_for_its_jobs_until_it_releases_it():
+    """The server admits a request before reading it; its jobs run in that slot, which stays
+    taken until the request ends (release), and is freed once however often it is released."""
+    worker = BatchingWorker(max_batch_tokens=100, max_concurrent_requests=1)
+    worker.start()
+    recorder = Recorder()
+    recorder.release.set()  # no holding here
+    task = recorder.task("embed")
+    slot = worker.admit()
+    with pytest.raises(Overloaded):
+        worker.admit()
+    with pytest.raises(Overloaded):
+        worker.submit(Job(task, ["own"], [1]))  # a job without a slot needs one of its own
+    job = worker.submit(Job(task, ["a"], [1]), slot=slot)
+    assert list(job.future.result(timeout=30)) == [("embed", "a")]
+    with pytest.raises(Overloaded):
+        worker.admit()  # the request has not ended
+    slot.release()
+    slot.release()
+    second = worker.admit()
+    with pytest.raises(Overloaded):
+        worker.admit()  # released twice, freed once
+    second.release()
+    worker.stop()
+    with pytest.raises(ShuttingDown):
+        worker.admit()
 
 
 def test_a_failing_batch_is_rerun_job_by_job_and_only_the_culprit_fails():
