@@ -8,11 +8,13 @@ reads them in chunks, runs each chunk in length-sorted batches under a token bud
 prediction per row, in input order: by default GLUE's submission format (``index<TAB>prediction``,
 the prediction being the label name of ``label/dict.txt``, as the ``label_fn`` of fairseq's GLUE
 tutorial gives it), or JSON lines. Rows with labels are scored by :mod:`roberta_ext.metrics`, as
-fairseq's ``sentence_prediction`` criterion scores them. The output is written whole or not at all.
+fairseq's ``sentence_prediction`` criterion scores them. The output is written whole or not at all;
+``-`` writes to standard output instead, row by row.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -26,18 +28,19 @@ import torch
 from tqdm import tqdm
 
 from ._io import atomic_write
-from .corpus.reading import CorpusError
+from .corpus.reading import STDIO, CorpusError
 from .corpus.rows import Row
 from .head_outputs import classify_rows
 from .inputs import ModelInputs
 from .metrics import check_metrics, compute_metrics
+from .modeling import EncoderModel
 
 __all__ = ["OUTPUT_FORMATS", "PredictStats", "choose_head", "predict_file", "predict_rows"]
 
 OUTPUT_FORMATS = ("tsv", "jsonl")
 
 
-def choose_head(model: Any, head: str | None) -> str:
+def choose_head(model: EncoderModel, head: str | None) -> str:
     """The classification head to predict with: ``head``, or the model's only one.
 
     >>> from roberta_ext.families import preset
@@ -60,7 +63,7 @@ def choose_head(model: Any, head: str | None) -> str:
 
 
 def predict_rows(
-    model: Any,
+    model: EncoderModel,
     inputs: ModelInputs,
     head: str,
     rows: Iterable[Row],
@@ -79,7 +82,8 @@ def predict_rows(
     through the head ``head``, and given back in input order (``progress`` is called with the
     rows of each batch done). A row longer than ``inputs.max_positions`` is an error naming
     ``where`` and its line, unless ``truncate`` (cut at the end, as fairseq's
-    ``--shorten-method truncate``).
+    ``--shorten-method truncate`` cut the rows the model was fine-tuned on; the server's
+    ``/predict`` follows TEI and transformers instead, a pair's longer side first).
 
     >>> for row, logits in predict_rows(hub.model, hub.inputs, "sentence_classification_head",
     ...                                 [Row(0, 1, ("Great movie!",))]):  # doctest: +SKIP
@@ -193,6 +197,18 @@ def _regression_target(label: str, outputs: int, where: str) -> float:
     return values[0]
 
 
+@contextlib.contextmanager
+def _opened(output: str) -> Iterator[IO[str]]:
+    """``output`` for writing whole or not at all (:func:`~roberta_ext._io.atomic_write`), or
+    standard output for ``-`` (a stream cannot be taken back: what was written stays)."""
+    if output != STDIO:
+        with atomic_write(output) as out:
+            yield out
+        return
+    yield sys.stdout
+    sys.stdout.flush()
+
+
 def _write_header(out: IO[str], output_format: str, probabilities: list[str]) -> None:
     if output_format == "tsv":
         out.write("\t".join(["index", "prediction", *(f"prob_{name}" for name in probabilities)]) + "\n")
@@ -211,7 +227,7 @@ def _write_row(
 
 
 def predict_file(
-    model: Any,
+    model: EncoderModel,
     inputs: ModelInputs,
     rows: Iterable[Row],
     output: str,
@@ -233,12 +249,12 @@ def predict_file(
 ) -> PredictStats:
     """Predict every row with the classification head ``head`` and write ``output`` whole (or
     not at all): ``index<TAB>prediction`` (TSV, GLUE's submission format) or one JSON object per
-    row (``output_format="jsonl"``); ``probabilities`` adds the softmax of each class. Classes
-    are named by ``labels`` (the hub's ``labels``: its ``label/dict.txt``). A head with one
-    output (or ``regression=True``) is a regression head: its output times ``regression_scale``
-    is written. Rows with labels are scored by ``metrics`` (default: accuracy for
-    classification, Pearson and Spearman for regression). ``progress`` shows a bar on stderr
-    (``total`` rows long).
+    row (``output_format="jsonl"``); ``-`` writes standard output, as the rows are predicted.
+    ``probabilities`` adds the softmax of each class. Classes are named by ``labels`` (the hub's
+    ``labels``: its ``label/dict.txt``). A head with one output (or ``regression=True``) is a
+    regression head: its output times ``regression_scale`` is written. Rows with labels are
+    scored by ``metrics`` (default: accuracy for classification, Pearson and Spearman for
+    regression). ``progress`` shows a bar on stderr (``total`` rows long).
 
     >>> hub = roberta_ext.from_pretrained("checkpoints", "checkpoint_best.pt", "RTE-bin")  # doctest: +SKIP
     >>> rows = RowReader("RTE/dev.tsv", format="tsv", columns=parse_columns("1,2,label=3"), header=True)
@@ -249,7 +265,7 @@ def predict_file(
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
     head = choose_head(model, head)
-    num_classes = model.classification_heads[head].num_classes
+    num_classes = model.num_classes(head)
     regression = num_classes == 1 if regression is None else regression
     names = [] if regression else _class_names(labels, num_classes)
     if metrics is None:
@@ -264,7 +280,7 @@ def predict_file(
     begun = time.monotonic()
     with (
         tqdm(total=total, desc="predict", unit="rows", disable=not progress, file=sys.stderr) as bar,
-        atomic_write(output) as out,
+        _opened(output) as out,
     ):
         _write_header(out, output_format, shown)
         predicted = predict_rows(

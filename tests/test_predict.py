@@ -7,7 +7,9 @@ differ clearly), saved in fairseq's layout with a fine-tuning data folder."""
 from __future__ import annotations
 
 import functools
+import io
 import json
+import os
 import random
 import re
 import shutil
@@ -224,7 +226,7 @@ def test_every_glue_tasks_dev_and_test_columns(task, models, tmp_path, capsys):
         assert bool(out) == (split != "test")
         if spec.exact_columns and split != "test":  # a row fairseq's script would drop is named
             write_glue(path, header, [*lines[:2], [*lines[2], "extra"]])
-            code, _, err = run(capsys, model, "--glue-task", task, "--input", path, "--output", output)
+            code, _, err = run(capsys, model, "--glue-task", task, "--input", path, "--output", output, "--force")
             assert code == 1 and f"{path}:4: the line has 7 tab-separated fields, not 6" in err
 
 
@@ -284,7 +286,7 @@ def test_tsv_columns_by_number_and_by_header_name(models, tmp_path, capsys):
     named = write_glue(tmp_path / "named.tsv", "gold\thypothesis\tpremise", [["c", b, a] for a, b in rows])
     for path, columns in ((no_header, "2,1,label=0"), (named, "premise,hypothesis,label=gold")):
         code, out, err = run(
-            capsys, models["nli"], "--input", path, "--columns", columns, "--output", tmp_path / "p.tsv"
+            capsys, models["nli"], "--input", path, "--columns", columns, "--output", tmp_path / "p.tsv", "--force"
         )
         assert code == 0, err
         assert [row[1] for row in read_tsv(tmp_path / "p.tsv")[1]] == expected
@@ -392,8 +394,54 @@ def test_head_is_chosen_when_there_is_one_and_named_when_there_are_several(model
     assert code == 0, err
     expected = reference(models["two_heads"], [("A man reads a book.",), ("The dog sleeps.",)], head="topic")
     assert [row[1] for row in read_tsv(output)[1]] == [["x", "y", "z"][k] for k in expected.argmax(-1)]
-    code, _, err = run(capsys, models["two_heads"], "--input", path, "--output", output, "--head", "nope")
+    code, _, err = run(capsys, models["two_heads"], "--input", path, "--output", output, "--head", "nope", "--force")
     assert code == 1 and "no classification head 'nope'; its heads: ['sentiment', 'topic']" in err
+
+
+# ------------------------------------------------------------------------ standard streams, --force
+
+
+def test_dash_reads_standard_input_and_writes_standard_output(models, tmp_path, capsys, monkeypatch):
+    """``--output -`` wrote a file named ``-`` (and said ``3 rows -> -``): it is standard output,
+    which then holds the predictions alone (the summary and the metrics go to stderr)."""
+    rows = pairs(3, seed=12)
+    expected = [["a", "b", "c"][k] for k in reference(models["nli"], rows).argmax(-1)]
+    records = "".join(json.dumps({"text": a, "text_pair": b, "label": "b"}) + "\n" for a, b in rows)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(records.encode("utf-8"))))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, models["nli"], "--input", "-", "--format", "jsonl", "--output", "-")
+    assert code == 0, err
+    assert out == "index\tprediction\n" + "".join(f"{i}\t{label}\n" for i, label in enumerate(expected))
+    assert "3 rows -> standard output (head 'sentence_classification_head'" in err
+    assert f"accuracy {round(100 * expected.count('b') / 3, 1)}" in err
+    assert os.listdir(tmp_path) == []  # no file named "-"
+
+
+def test_an_existing_output_is_replaced_only_with_force(models, tmp_path, capsys):
+    """predict alone replaced an existing output silently; it now refuses before loading the
+    model (a model that does not exist here), as every command that writes files does."""
+    path = tmp_path / "in.txt"
+    path.write_text("The dog sleeps.\n")
+    output, metrics = tmp_path / "p.tsv", tmp_path / "metrics.json"
+    output.write_text("mine\n")
+    code, _, err = run(capsys, tmp_path / "no-model", "--input", path, "--output", output)
+    assert (code, err) == (
+        1,
+        f"roberta-ext predict: error: --output {output} exists; refusing to replace it (use --force)\n",
+    )
+    metrics.write_text("{}")
+    code, _, err = run(
+        capsys, tmp_path / "no-model", "--input", path, "--output", tmp_path / "q.tsv", "--metrics-file", metrics
+    )
+    assert (code, err) == (
+        1,
+        f"roberta-ext predict: error: --metrics-file {metrics} exists; refusing to replace it (use --force)\n",
+    )
+    assert (output.read_text(), metrics.read_text()) == ("mine\n", "{}")
+    code, _, err = run(capsys, models["nli"], "--input", path, "--output", output, "--metrics-file", metrics, "--force")
+    assert code == 0, err
+    assert "1 row -> " in err and read_tsv(output)[0] == ["index", "prediction"]
+    assert json.loads(metrics.read_text()) == {"rows": 1}
 
 
 # ---------------------------------------------------------------------------------- bad input
@@ -402,7 +450,7 @@ def test_head_is_chosen_when_there_is_one_and_named_when_there_are_several(model
 BAD_INPUTS = [
     # (file name, its text, options, the error expected)
     ("dev.tsv", "a\tb\tc\nonly one field\n", ["--columns", "0,1,label=2"],
-     r"dev\.tsv:2: .*1 tab-separated fields, so column\(s\) 1, 2 are missing"),
+     r"dev\.tsv:2: .*1 tab-separated field, so columns 1, 2 are missing"),
     ("dev.tsv", "x\ty\nThe dog.\tq\n", ["--columns", "x,label=y"],
      r"dev\.tsv:2: label 'q' is not one of the model's labels \['a', 'b', 'c'\]"),
     ("dev.tsv", "x\ty\n", ["--columns", "x,label=gold"], r"dev\.tsv:1: no column named 'gold' in the header line"),
@@ -509,7 +557,15 @@ def test_help(capsys):
         predict_main(["--help"])
     assert exit_.value.code == 0
     help_text = capsys.readouterr().out
-    for option in ("--glue-task", "--columns", "--fields", "--probabilities", "--max-tokens", "--dtype", "--head"):
+    for option in (
+        "--glue-task",
+        "--columns",
+        "--fields",
+        "--probabilities",
+        "--max-batch-tokens",
+        "--dtype",
+        "--head",
+    ):
         assert option in help_text
 
 

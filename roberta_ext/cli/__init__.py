@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser, sub = _top_parser()
     for name, command_parser in command_parsers().items():
         if " " not in name:
-            sub.add_parser(
+            combined = sub.add_parser(
                 name,
                 parents=[command_parser],
                 add_help=False,
@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                 description=command_parser.description,
                 epilog=command_parser.epilog,
             )
+            # argparse copies a parent's actions by their shown option strings: hidden aliases
+            # (arguments.add_hidden_alias) are copied here, onto the same actions.
+            for option, action in command_parser._option_string_actions.items():
+                combined._option_string_actions.setdefault(option, action)
     return parser
 
 

@@ -9,6 +9,9 @@
   refuses to replace one (``--overwrite`` is the same flag).
 * :func:`add_progress_argument` + :func:`show_progress`: ``--progress``/``--no-progress``; by
   default progress bars show only when stderr is a terminal.
+* :func:`add_batch_tokens_argument`: ``--max-batch-tokens``, the padded tokens of a forward pass.
+* :func:`add_hidden_alias`: another spelling of an option, accepted but not shown in ``--help``
+  (``--max-tokens`` for ``--max-batch-tokens``, ``--encoder-json`` for ``--gpt2-encoder-json``).
 * :func:`output_format`: an output's format follows its suffix; an explicit flag wins.
 """
 
@@ -30,7 +33,10 @@ __all__ = [
     "DTYPES",
     "MODEL_FILES",
     "MODEL_OPTIONS",
+    "add_batch_tokens_argument",
     "add_force_argument",
+    "add_gpt2_bpe_arguments",
+    "add_hidden_alias",
     "add_model_arguments",
     "add_progress_argument",
     "load_model",
@@ -124,8 +130,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, device: str = "auto"
         "with '.' is relative to MODEL (default: ., MODEL itself)",
     )
     model.add_argument("--bpe", help="gpt2, bert (wordpiece) or sentencepiece (default: from the files)")
-    model.add_argument("--gpt2-encoder-json", metavar="FILE", help="GPT-2 encoder.json")
-    model.add_argument("--gpt2-vocab-bpe", metavar="FILE", help="GPT-2 vocab.bpe")
+    add_gpt2_bpe_arguments(model)
     model.add_argument("--bpe-vocab-file", metavar="FILE", help="WordPiece vocab.txt")
     model.add_argument("--bpe-cased", action="store_true", help="cased WordPiece vocabulary")
     model.add_argument("--sentencepiece-model", metavar="FILE", help="SentencePiece model")
@@ -148,6 +153,45 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, device: str = "auto"
         metavar="N",
         help="CPU threads for the model (default: torch's choice, one per core; 1 is faster on a busy machine)",
     )
+
+
+def add_gpt2_bpe_arguments(parser: argparse._ActionsContainer, *, required: bool = False) -> None:
+    """``--gpt2-encoder-json`` and ``--gpt2-vocab-bpe``: GPT-2's BPE files, on every command that
+    takes them. The spelling is fairseq-train's and ``from_pretrained``'s (``gpt2_encoder_json=``);
+    ``--encoder-json`` and ``--vocab-bpe``, the spelling of fairseq's
+    ``multiprocessing_bpe_encoder.py`` that the corpus commands used to take, are hidden aliases."""
+    encoder = parser.add_argument("--gpt2-encoder-json", required=required, metavar="FILE", help="GPT-2 encoder.json")
+    add_hidden_alias(parser, encoder, "--encoder-json")
+    vocab = parser.add_argument("--gpt2-vocab-bpe", required=required, metavar="FILE", help="GPT-2 vocab.bpe")
+    add_hidden_alias(parser, vocab, "--vocab-bpe")
+
+
+def add_hidden_alias(parser: argparse._ActionsContainer, action: argparse.Action, *aliases: str) -> None:
+    """Accept each of ``aliases`` as another spelling of ``action``'s option, without showing it in
+    ``--help``: a spelling the command line used to take (or another tool's), kept so that no command
+    line breaks. It is the same action, so ``required``, ``type`` and the messages are the option's
+    own (argparse before Python 3.13 has no hidden aliases; :func:`roberta_ext.cli.build_parser`
+    copies them onto the combined parser).
+
+    >>> parser = argparse.ArgumentParser()
+    >>> add_hidden_alias(parser, parser.add_argument("--max-batch-tokens", type=int), "--max-tokens")
+    >>> parser.parse_args(["--max-tokens", "64"]).max_batch_tokens, "--max-tokens" in parser.format_help()
+    (64, False)
+    """
+    for alias in aliases:
+        if alias in parser._option_string_actions:
+            raise ValueError(f"{alias} is already an option of this parser")
+        parser._option_string_actions[alias] = action
+
+
+def add_batch_tokens_argument(parser: argparse._ActionsContainer, *, default: int | None, help: str) -> None:
+    """``--max-batch-tokens N``: the padded tokens (rows x longest row) of one forward pass, as
+    ``serve`` and text-embeddings-inference spell it; ``--max-tokens`` (fairseq's spelling, which
+    ``predict`` and ``embed`` used to take) is a hidden alias."""
+    action = parser.add_argument(
+        "--max-batch-tokens", dest="max_tokens", type=positive_int, default=default, metavar="N", help=help
+    )
+    add_hidden_alias(parser, action, "--max-tokens")
 
 
 def resolve_device(device: str, dtype: str, environ: Mapping[str, str] = os.environ) -> str:
@@ -205,15 +249,39 @@ def load_model(args: argparse.Namespace) -> RobertaHubInterface:
 # ---------------------------------------------------------------------------- the outputs
 
 
-def add_force_argument(parser: argparse._ActionsContainer, what: str = "the output") -> None:
-    """``--force`` (or ``--overwrite``, the same flag): replace ``what`` when it exists."""
+def add_force_argument(parser: argparse._ActionsContainer, what: str = "an existing output") -> None:
+    """``--force`` (or ``--overwrite``, the same flag): replace ``what`` (a noun phrase: "an
+    existing --output-dir", "existing <TASK>-bin folders"), which the command refuses to by default."""
     parser.add_argument(
-        "--force", "--overwrite", dest="force", action="store_true", help=f"replace {what} if it exists"
+        "--force", "--overwrite", dest="force", action="store_true", help=f"replace {what} (default: refuse to)"
     )
 
 
-def add_progress_argument(parser: argparse._ActionsContainer, note: str = "") -> None:
-    """``--progress``/``--no-progress``; :func:`show_progress` reads it."""
+class _IgnoredFlag(argparse.BooleanOptionalAction):
+    """A flag a command accepts so that old command lines still run, though it does nothing
+    there: hidden from ``--help``, and saying so on stderr when given."""
+
+    def __init__(self, *args: Any, why: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.why = why
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        say(parser.prog, f"note: {option_string} does nothing here ({self.why})")
+
+
+def add_progress_argument(parser: argparse._ActionsContainer, note: str = "", *, ignored: str | None = None) -> None:
+    """``--progress``/``--no-progress``; :func:`show_progress` reads it. A command that draws no
+    progress bars passes ``ignored`` (why): the flag is then hidden, and a note when given."""
+    if ignored is not None:
+        parser.add_argument("--progress", action=_IgnoredFlag, why=ignored, default=None, help=argparse.SUPPRESS)
+        return
     parser.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._text import counted
 from ..corpus.bpe import bpe_encode_files, train_bpe_files
 from ..corpus.glue import TASKS, glue_preprocess
 from ..corpus.multiple_choice import FORMATS as CHOICE_FORMATS
@@ -27,7 +28,14 @@ from ..corpus.reading import STDIO
 from ..corpus.tagging import SPLITS as TAGGING_SPLITS
 from ..corpus.tagging import prepare_tagging
 from ..corpus.tokenize import PIECE_TOKENIZERS, TOKENIZERS, TokenWriter, tokenize_files
-from .arguments import add_force_argument, add_progress_argument, non_negative_int, positive_int, show_progress
+from .arguments import (
+    add_force_argument,
+    add_gpt2_bpe_arguments,
+    add_progress_argument,
+    non_negative_int,
+    positive_int,
+    show_progress,
+)
 from .running import run_command
 
 __all__ = [
@@ -73,12 +81,12 @@ def bpe_encode_parser() -> argparse.ArgumentParser:
             "whole run succeeded."
         ),
         epilog=(
-            "example: roberta-ext bpe-encode --encoder-json gpt2_bpe/encoder.json --vocab-bpe "
-            "gpt2_bpe/vocab.bpe --inputs train.raw --outputs train.bpe --workers 8"
+            "example: roberta-ext bpe-encode --gpt2-encoder-json gpt2_bpe/encoder.json --gpt2-vocab-bpe "
+            "gpt2_bpe/vocab.bpe --inputs train.raw --outputs train.bpe --workers 8 (fairseq's spelling, "
+            "--encoder-json and --vocab-bpe, is accepted too)"
         ),
     )
-    parser.add_argument("--encoder-json", required=True, metavar="FILE", help="path to encoder.json")
-    parser.add_argument("--vocab-bpe", required=True, metavar="FILE", help="path to vocab.bpe")
+    add_gpt2_bpe_arguments(parser, required=True)
     parser.add_argument(
         "--inputs",
         nargs="+",
@@ -109,7 +117,7 @@ def bpe_encode_parser() -> argparse.ArgumentParser:
 def bpe_encode_main(argv: Sequence[str] | None = None) -> int:
     """``roberta-ext bpe-encode``: fairseq's ``multiprocessing_bpe_encoder.py``, same options.
 
-    >>> bpe_encode_main(["--encoder-json", "encoder.json", "--vocab-bpe", "vocab.bpe",
+    >>> bpe_encode_main(["--gpt2-encoder-json", "encoder.json", "--gpt2-vocab-bpe", "vocab.bpe",
     ...                  "--inputs", "train.txt", "--outputs", "train.bpe"])  # doctest: +SKIP
     0
     """
@@ -122,8 +130,8 @@ def bpe_encode_main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         bpe_encode_files(
-            args.encoder_json,
-            args.vocab_bpe,
+            args.gpt2_encoder_json,
+            args.gpt2_vocab_bpe,
             args.inputs,
             args.outputs,
             keep_empty=args.keep_empty,
@@ -149,7 +157,7 @@ def train_bpe_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "example: roberta-ext train-bpe --inputs train.raw --output-dir gpt2_bpe --num-merges 30000; "
-            "then roberta-ext bpe-encode --encoder-json gpt2_bpe/encoder.json --vocab-bpe gpt2_bpe/vocab.bpe "
+            "then roberta-ext bpe-encode --gpt2-encoder-json gpt2_bpe/encoder.json --gpt2-vocab-bpe gpt2_bpe/vocab.bpe "
             "--inputs train.raw --outputs train.bpe; fairseq-preprocess --only-source --srcdict "
             "gpt2_bpe/dict.txt --trainpref train.bpe --destdir data-bin"
         ),
@@ -191,7 +199,7 @@ def train_bpe_parser() -> argparse.ArgumentParser:
         help="pad dict.txt with madeupwordNNNN rows as fairseq-preprocess does (default: 8)",
     )
     _workers(parser, DEFAULT_WORKERS, "processes that read and encode text")
-    add_force_argument(parser, "existing files in --output-dir")
+    add_force_argument(parser, "an encoder.json, vocab.bpe or dict.txt already in --output-dir")
     add_progress_argument(parser)
     return parser
 
@@ -218,8 +226,9 @@ def train_bpe_main(argv: Sequence[str] | None = None) -> int:
             progress=show_progress(args),
         )
         print(
-            f"learned {trained.num_merges} merges ({trained.vocab_size} tokens); dict.txt has "
-            f"{trained.dict_size} rows; wrote {trained.encoder_json}, {trained.vocab_bpe}, {trained.dict_txt}",
+            f"learned {counted(trained.num_merges, 'merge')} ({counted(trained.vocab_size, 'token')}); dict.txt has "
+            f"{counted(trained.dict_size, 'row')}; wrote {trained.encoder_json}, {trained.vocab_bpe}, "
+            f"{trained.dict_txt}",
             file=sys.stderr,
         )
         return 0
@@ -313,13 +322,13 @@ def tokenize_main(argv: Sequence[str] | None = None) -> int:
             dict_out=args.dict_out,
         )
         message = (
-            f"tokenized {stats.lines} lines ({stats.empty} empty) into {stats.tokens} tokens, "
+            f"tokenized {counted(stats.lines, 'line')} ({stats.empty} empty) into {counted(stats.tokens, 'token')}, "
             f"{stats.unknown} of them <unk>"
         )
         if stats.no_tokens:
             message += (
-                f"; {stats.no_tokens} lines had text but no token and were written as <unk> "
-                f"(first: {stats.first_without_tokens})"
+                f"; {counted(stats.no_tokens, 'line')} had text but no token and "
+                f"{'was' if stats.no_tokens == 1 else 'were'} written as <unk> (first: {stats.first_without_tokens})"
             )
         print(message, file=sys.stderr)
         return 0
@@ -352,12 +361,14 @@ def prepare_tagging_parser() -> argparse.ArgumentParser:
         "--tokenizer",
         required=True,
         choices=TOKENIZERS,
-        help="gpt2 (RoBERTa: --encoder-json, --vocab-bpe), wordpiece (BERT: --model vocab.txt) or "
-        "sentencepiece (ALBERT: --model spiece.model)",
+        help="gpt2 (RoBERTa: --gpt2-encoder-json, --gpt2-vocab-bpe), wordpiece (BERT: --model vocab.txt), "
+        "sentencepiece (ALBERT: --model spiece.model) or xlmr_sentencepiece (XLM-R: --model "
+        "sentencepiece.bpe.model)",
     )
-    parser.add_argument("--model", metavar="FILE", help="vocab.txt or spiece.model")
-    parser.add_argument("--encoder-json", metavar="FILE", help="GPT-2 encoder.json")
-    parser.add_argument("--vocab-bpe", metavar="FILE", help="GPT-2 vocab.bpe")
+    parser.add_argument(
+        "--model", metavar="FILE", help="vocab.txt, spiece.model or sentencepiece.bpe.model (not for gpt2)"
+    )
+    add_gpt2_bpe_arguments(parser)
     parser.add_argument("--cased", action="store_true", help="keep the case (default: lowercase, as uncased models)")
     parser.add_argument("--dict", required=True, metavar="FILE", help="the pretrained model's dict.txt")
     for split in TAGGING_SPLITS:
@@ -392,7 +403,11 @@ def prepare_tagging_main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         writer = TokenWriter(
-            args.tokenizer, model=args.model, encoder_json=args.encoder_json, vocab_bpe=args.vocab_bpe, cased=args.cased
+            args.tokenizer,
+            model=args.model,
+            encoder_json=args.gpt2_encoder_json,
+            vocab_bpe=args.gpt2_vocab_bpe,
+            cased=args.cased,
         )
         splits = {split: getattr(args, split) for split in TAGGING_SPLITS if getattr(args, split)}
         stats = prepare_tagging(
@@ -409,17 +424,22 @@ def prepare_tagging_main(argv: Sequence[str] | None = None) -> int:
         )
         counts = ", ".join(f"{split} {n}" for split, n in stats.sentences.items())
         print(
-            f"{counts} sentences; {stats.words} words -> {stats.tokens} tokens; {len(stats.labels)} labels: "
+            f"{counts} sentences; {counted(stats.words, 'word')} -> {counted(stats.tokens, 'token')}; "
+            f"{counted(len(stats.labels), 'label')}: "
             f"{' '.join(stats.labels[:20])}{' ...' if len(stats.labels) > 20 else ''}",
             file=sys.stderr,
         )
         if stats.docstarts:
-            print(f"skipped {stats.docstarts} -DOCSTART- lines", file=sys.stderr)
+            print(f"skipped {counted(stats.docstarts, '-DOCSTART- line')}", file=sys.stderr)
         if stats.words_without_tokens:
-            print(f"{stats.words_without_tokens} words had no token and were written as <unk>", file=sys.stderr)
+            n = stats.words_without_tokens
+            print(
+                f"{counted(n, 'word')} had no token and {'was' if n == 1 else 'were'} written as <unk>", file=sys.stderr
+            )
         if stats.too_long:
             print(
-                f"warning: {stats.too_long} sentences are longer than {args.max_positions} tokens (first: "
+                f"warning: {counted(stats.too_long, 'sentence')} {'is' if stats.too_long == 1 else 'are'} longer than "
+                f"{args.max_positions} tokens (first: "
                 f"{stats.first_too_long}); fairseq-train refuses them unless "
                 "--skip-invalid-size-inputs-valid-test",
                 file=sys.stderr,
@@ -520,18 +540,18 @@ def prepare_multiple_choice_parser() -> argparse.ArgumentParser:
             "train, valid, test = middle, test1 = high)."
         ),
         epilog=(
-            "example: roberta-ext prepare-multiple-choice --format race --input-dir RACE --encoder-json encoder.json "
-            "--vocab-bpe vocab.bpe --dict dict.txt --output-dir RACE-bin; then fairseq-train RACE-bin --user-dir "
-            "roberta_ext --task roberta_ext_multiple_choice --criterion roberta_ext_multiple_choice --num-classes 4 "
-            "--init-token 0 --separator-token 2 --arch roberta_ext_large --restore-file model.pt ..."
+            "example: roberta-ext prepare-multiple-choice --format race --input-dir RACE --gpt2-encoder-json "
+            "encoder.json --gpt2-vocab-bpe vocab.bpe --dict dict.txt --output-dir RACE-bin; then fairseq-train "
+            "RACE-bin --user-dir roberta_ext --task roberta_ext_multiple_choice --criterion "
+            "roberta_ext_multiple_choice --num-classes 4 --init-token 0 --separator-token 2 --arch roberta_ext_large "
+            "--restore-file model.pt ..."
         ),
     )
     parser.add_argument("--format", choices=CHOICE_FORMATS, default="jsonl", help="input format (default: jsonl)")
     for split in CHOICE_SPLITS:
         parser.add_argument(f"--{split}", metavar="FILE", help=f"the {split} split (jsonl, commonsense_qa)")
     parser.add_argument("--input-dir", metavar="DIR", help="the RACE folder, with train/, dev/ and test/ (race)")
-    parser.add_argument("--encoder-json", required=True, metavar="FILE", help="GPT-2 encoder.json")
-    parser.add_argument("--vocab-bpe", required=True, metavar="FILE", help="GPT-2 vocab.bpe")
+    add_gpt2_bpe_arguments(parser, required=True)
     parser.add_argument("--dict", required=True, metavar="FILE", help="the pretrained model's dict.txt")
     parser.add_argument("--output-dir", required=True, type=Path, metavar="DIR", help="folder to write")
     parser.add_argument(
@@ -554,8 +574,8 @@ def prepare_multiple_choice_main(argv: Sequence[str] | None = None) -> int:
     """``roberta-ext prepare-multiple-choice``: RACE, CommonsenseQA or SWAG-style JSONL ->
     ``--task roberta_ext_multiple_choice`` data.
 
-    >>> prepare_multiple_choice_main(["--format", "race", "--input-dir", "RACE", "--encoder-json", "encoder.json",
-    ...     "--vocab-bpe", "vocab.bpe", "--dict", "dict.txt", "--output-dir", "RACE-bin"])  # doctest: +SKIP
+    >>> prepare_multiple_choice_main(["--format", "race", "--input-dir", "RACE", "--gpt2-encoder-json", "encoder.json",
+    ...     "--gpt2-vocab-bpe", "vocab.bpe", "--dict", "dict.txt", "--output-dir", "RACE-bin"])  # doctest: +SKIP
     0
     """
     parser = prepare_multiple_choice_parser()
@@ -568,7 +588,7 @@ def prepare_multiple_choice_main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--format {args.format} reads --train, --valid and/or --test (not --input-dir)")
 
     def body() -> int:
-        writer = TokenWriter("gpt2", encoder_json=args.encoder_json, vocab_bpe=args.vocab_bpe)
+        writer = TokenWriter("gpt2", encoder_json=args.gpt2_encoder_json, vocab_bpe=args.gpt2_vocab_bpe)
         stats = prepare_multiple_choice(
             writer,
             args.dict,
@@ -583,12 +603,14 @@ def prepare_multiple_choice_main(argv: Sequence[str] | None = None) -> int:
         )
         counts = ", ".join(f"{split} {n}" for split, n in stats.examples.items())
         print(
-            f"{counts} examples of {stats.num_choices} choices; {stats.tokens} tokens -> {args.output_dir}",
+            f"{counts} examples of {counted(stats.num_choices, 'choice')}; {counted(stats.tokens, 'token')} -> "
+            f"{args.output_dir}",
             file=sys.stderr,
         )
         if stats.too_long:
             print(
-                f"warning: {stats.too_long} examples have a candidate longer than {args.max_positions} tokens (first: "
+                f"warning: {counted(stats.too_long, 'example')} {'has' if stats.too_long == 1 else 'have'} a candidate "
+                f"longer than {args.max_positions} tokens (first: "
                 f"{stats.first_too_long}); train with --shorten-method truncate (and --max-option-length) to cut "
                 "them, or fairseq skips them in training and refuses them in validation",
                 file=sys.stderr,

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._text import counted
 from ..corpus.rows import FORMATS, input_format
 from ..embedding.embedder import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_CUDA, Embedder
 from ..embedding.locking import Wait
@@ -34,6 +35,7 @@ from ..embedding.stream import (
     shard_files,
 )
 from .arguments import (
+    add_batch_tokens_argument,
     add_force_argument,
     add_model_arguments,
     add_progress_argument,
@@ -94,8 +96,46 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     add_model_arguments(parser)
+    _add_input_arguments(parser)
+    _add_embedding_arguments(parser.add_argument_group("embeddings"))
+    writing = parser.add_argument_group("output and running")
+    writing.add_argument("--output", required=True, type=Path, metavar="FILE", help=".npy or .safetensors to write")
+    writing.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="embed rows i with i %% N == I into OUTPUT.shard-I-of-N (default: torchrun's RANK/WORLD_SIZE, else all)",
+    )
+    add_batch_tokens_argument(
+        writing,
+        default=None,
+        help=f"padded tokens (rows x longest row) per batch (default: {DEFAULT_MAX_TOKENS}, on a GPU "
+        f"{DEFAULT_MAX_TOKENS_CUDA})",
+    )
+    writing.add_argument(
+        "--chunk-rows",
+        type=positive_int,
+        default=DEFAULT_CHUNK_ROWS,
+        metavar="N",
+        help=f"rows per part: what is kept of an interrupted run, and what is held in memory (default: "
+        f"{DEFAULT_CHUNK_ROWS})",
+    )
+    add_force_argument(writing)
+    _add_wait_argument(parser)
+    add_progress_argument(parser)
+    return parser
+
+
+def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     reading = parser.add_argument_group("input")
-    reading.add_argument("--input", required=True, type=Path, metavar="FILE", help="the texts")
+    reading.add_argument(
+        "--input",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="the texts ('-': standard input, saved beside the output for the run; a run interrupted resumes "
+        "when the same text is piped again)",
+    )
     reading.add_argument(
         "--format",
         choices=FORMATS,
@@ -123,33 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip lines that cannot be read (not UTF-8, not JSON, no such field): they get no row and are listed "
         "in OUTPUT.json",
     )
-    _add_embedding_arguments(parser.add_argument_group("embeddings"))
-    writing = parser.add_argument_group("output and running")
-    writing.add_argument("--output", required=True, type=Path, metavar="FILE", help=".npy or .safetensors to write")
-    writing.add_argument(
-        "--shard",
-        type=_shard,
-        metavar="I/N",
-        help="embed rows i with i %% N == I into OUTPUT.shard-I-of-N (default: torchrun's RANK/WORLD_SIZE, else all)",
-    )
-    writing.add_argument(
-        "--max-tokens",
-        type=positive_int,
-        metavar="N",
-        help=f"padded tokens per batch (default: {DEFAULT_MAX_TOKENS}, on a GPU {DEFAULT_MAX_TOKENS_CUDA})",
-    )
-    writing.add_argument(
-        "--chunk-rows",
-        type=positive_int,
-        default=DEFAULT_CHUNK_ROWS,
-        metavar="N",
-        help=f"rows per part: what is kept of an interrupted run, and what is held in memory (default: "
-        f"{DEFAULT_CHUNK_ROWS})",
-    )
-    add_force_argument(writing)
-    _add_wait_argument(parser)
-    add_progress_argument(parser)
-    return parser
 
 
 def _add_embedding_arguments(group: argparse._ArgumentGroup) -> None:
@@ -263,14 +276,14 @@ def _embed(args: argparse.Namespace, fields: tuple[str, ...]) -> int:
 
 def _report(receipt: dict[str, Any], spec: InputSpec, target: Path) -> None:
     rate = receipt.get("rows_per_second")
-    message = f"{receipt['rows']} rows x {receipt['dimension']} -> {target}"
+    message = f"{counted(receipt['rows'], 'row')} x {receipt['dimension']} -> {target}"
     if rate:
         message += f" ({rate:.0f} rows/s)"
     if receipt["skipped"]:
         first = receipt["skipped"][0]
         message += (
-            f"; skipped {len(receipt['skipped'])} bad lines (first: {spec.path}:{first[1]}: {first[2]}), "
-            f"listed in {receipt_path(target)}"
+            f"; skipped {counted(len(receipt['skipped']), 'bad line')} (first: {spec.name}:{first[1]}: "
+            f"{first[2]}), listed in {receipt_path(target)}"
         )
     say(PROG, message)
 
@@ -308,8 +321,9 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
         receipt = merge_shards(shards, args.output, force=args.force, wait=_waiting(parser.prog, args.wait))
         say(
             parser.prog,
-            f"{len(shards)} shards -> {args.output}: {receipt['rows']} rows x {receipt['dimension']}"
-            + (f"; {len(receipt['skipped'])} bad lines had no row" if receipt["skipped"] else ""),
+            f"{counted(len(shards), 'shard')} -> {args.output}: {counted(receipt['rows'], 'row')} x "
+            f"{receipt['dimension']}"
+            + (f"; {counted(len(receipt['skipped']), 'bad line')} had no row" if receipt["skipped"] else ""),
         )
         return 0
 

@@ -14,7 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from ..embedding.pooling import POOLING_MODES
-from ..export import FORMATS, MODEL_POOLING, SUFFIXES, ExportCheckError, ServingModule, to_onnx, to_torch_export
+from ..export import (
+    DEFAULT_OPSET,
+    FORMATS,
+    MODEL_POOLING,
+    ONNX_DTYPES,
+    ONNX_OPSETS,
+    SUFFIXES,
+    ExportCheckError,
+    ServingModule,
+    check_onnx_options,
+    to_onnx,
+    to_torch_export,
+)
 from .arguments import (
     add_force_argument,
     add_model_arguments,
@@ -74,9 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="the graph takes input_ids alone; padding is where the id is <pad> (fairseq's rule)",
     )
-    parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset (default: the exporter's)")
+    parser.add_argument(
+        "--opset",
+        type=int,
+        metavar="N",
+        help=f"ONNX opset, {ONNX_OPSETS[0]} to {ONNX_OPSETS[-1]} (default: {DEFAULT_OPSET}); ONNX files are written in "
+        f"{' or '.join(ONNX_DTYPES)} (--dtype), .pt2 files in any --dtype but int8",
+    )
     parser.add_argument("--no-check", dest="check", action="store_false", help="write without comparing outputs")
-    add_force_argument(parser, "--output")
+    add_force_argument(parser, "an existing --output")
     add_progress_argument(parser)
     return parser
 
@@ -101,6 +119,17 @@ def _export(args: argparse.Namespace) -> int:
         raise CommandError(f"--opset is for ONNX files, and {args.output} is written with torch.export")
     if args.output.exists() and not args.force:
         raise CommandError(f"refusing to overwrite {args.output} (use --force)")
+    # What cannot be written or checked is refused here, before the model loads.
+    if args.dtype == "int8":
+        raise CommandError(
+            "int8 models are not exported: export the float32 model, then quantize the ONNX file with "
+            "onnxruntime.quantization.quantize_dynamic (docs/export.md)"
+        )
+    if written == "onnx":
+        try:
+            check_onnx_options(dtype=args.dtype, opset=args.opset)
+        except ValueError as error:
+            raise CommandError(f"{args.output}: {error}") from None
     pooling = args.pooling if args.pooling in (None, MODEL_POOLING) else args.pooling.split(",")
     options: dict[str, Any] = dict(
         head=args.head, pooling=pooling, normalize=args.normalize, attention_mask=args.attention_mask

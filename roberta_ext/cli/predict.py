@@ -4,6 +4,10 @@
 GLUE's TSV files are read as fairseq's ``examples/roberta/preprocess_GLUE_tasks.sh`` reads them
 (:func:`roberta_ext.corpus.glue.glue_layout`: the columns per task and split, which files have a
 header line; STS-B's scores are divided by 5 for training, so its predictions are multiplied by 5).
+
+``--input -`` reads standard input and ``--output -`` writes the predictions to standard output
+(the summary and the metrics then go to stderr); an existing output file is replaced only with
+``--force``, as on every command that writes one.
 """
 
 from __future__ import annotations
@@ -12,14 +16,18 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .._io import atomic_write
+from .._text import counted
 from ..corpus.glue import GLUE_REGRESSION_SCALE, TASKS, GlueTask, glue_layout, glue_split, resolve_tasks
-from ..corpus.reading import CorpusError
+from ..corpus.reading import STDIO, CorpusError
 from ..corpus.rows import FORMATS, RowReader, input_format, parse_columns
 from ..metrics import METRICS, format_metrics
 from ..predict import PredictStats, predict_file
 from .arguments import (
+    add_batch_tokens_argument,
+    add_force_argument,
     add_model_arguments,
     add_progress_argument,
     load_model,
@@ -27,7 +35,7 @@ from .arguments import (
     positive_int,
     show_progress,
 )
-from .running import run_command, say
+from .running import CommandError, run_command, say
 
 __all__ = ["build_parser", "main"]
 
@@ -45,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
             "prediction is the label name from label/dict.txt, or the regression value) or JSON lines. When the "
             "input has labels, print the metrics (accuracy; F1, MCC, Pearson, Spearman as asked or as the GLUE task "
             "is scored) as fairseq's sentence_prediction criterion computes them. The file is read in chunks, each "
-            "run in length-sorted batches; the output is written whole or not at all."
+            "run in length-sorted batches; the output is written whole or not at all ('-': to standard output, "
+            "as the rows are predicted)."
         ),
         epilog=(
             "example: roberta-ext predict checkpoints --checkpoint-file checkpoint_best.pt --data-name-or-path "
@@ -57,12 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_arguments(parser.add_argument_group("input"))
     _add_output_arguments(parser.add_argument_group("output"))
     batching = parser.add_argument_group("batching")
-    batching.add_argument(
-        "--max-tokens",
-        type=positive_int,
+    add_batch_tokens_argument(
+        batching,
         default=8192,
-        metavar="N",
-        help="padded tokens per batch, at most (default: 8192; a longer row goes alone)",
+        help="padded tokens (rows x longest row) per batch, at most (default: 8192; a longer row goes alone)",
     )
     batching.add_argument(
         "--batch-size", type=positive_int, default=256, metavar="N", help="rows per batch, at most (default: 256)"
@@ -121,7 +128,9 @@ def _add_input_arguments(reading: argparse._ArgumentGroup) -> None:
 
 
 def _add_output_arguments(writing: argparse._ArgumentGroup) -> None:
-    writing.add_argument("--output", required=True, metavar="FILE", help="predictions file to write")
+    writing.add_argument(
+        "--output", required=True, metavar="FILE", help="predictions file to write ('-': standard output)"
+    )
     writing.add_argument(
         "--output-format",
         choices=("tsv", "jsonl"),
@@ -149,6 +158,7 @@ def _add_output_arguments(writing: argparse._ArgumentGroup) -> None:
         "accuracy for classification, pearson,spearman for regression)",
     )
     writing.add_argument("--metrics-file", metavar="FILE", help="also write the metrics (fractions) as JSON")
+    add_force_argument(writing, "an existing --output or --metrics-file")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,7 +203,17 @@ def _reader(args: argparse.Namespace, task: GlueTask | None) -> RowReader:
     )
 
 
+def _refuse_to_replace(args: argparse.Namespace) -> None:
+    """Without ``--force``, an existing output file is an error, before any work."""
+    if args.force:
+        return
+    for option, path in (("--output", args.output), ("--metrics-file", args.metrics_file)):
+        if path is not None and path != STDIO and Path(path).exists():
+            raise CommandError(f"{option} {path} exists; refusing to replace it (use --force)")
+
+
 def _predict(args: argparse.Namespace) -> int:
+    _refuse_to_replace(args)
     task = _glue_task(args)
     reader = _reader(args, task)
     scale = args.regression_scale
@@ -215,16 +235,22 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, stats: PredictStats, running: str, written_format: str, where: str) -> None:
+    to_stdout = args.output == STDIO
+    target = "standard output" if to_stdout else args.output
     if stats.rows:
         rate = stats.rows / stats.seconds if stats.seconds else 0.0
         print(
-            f"{stats.rows} rows -> {args.output} (head {stats.head!r}, {rate:.0f} rows/s on {running})", file=sys.stderr
+            f"{counted(stats.rows, 'row')} -> {target} (head {stats.head!r}, {rate:.0f} rows/s on {running})",
+            file=sys.stderr,
         )
-    else:  # nothing to predict is not an error, but worth saying
+    elif to_stdout:  # nothing to predict is not an error, but worth saying
+        written = "nothing" if written_format == "jsonl" else "only the header line"
+        say(PROG, f"{where} has 0 rows; wrote {written} to standard output")
+    else:
         written = "an empty" if written_format == "jsonl" else "a header-only"
-        say(PROG, f"{where} has 0 rows; wrote {written} {args.output}")
-    if stats.metrics:
-        print(format_metrics(stats.metrics))
+        say(PROG, f"{where} has 0 rows; wrote {written} {target}")
+    if stats.metrics:  # on stdout, unless the predictions are there
+        print(format_metrics(stats.metrics), file=sys.stderr if to_stdout else sys.stdout)
     if args.metrics_file:  # the metrics as fractions; only the row count for unlabelled input
         with atomic_write(args.metrics_file) as out:
             json.dump({"rows": stats.rows, **stats.metrics}, out, indent=2)

@@ -23,50 +23,68 @@ def build_parser() -> argparse.ArgumentParser:
         description="Pretrain and fine-tune a small RoBERTa with fairseq-train --user-dir roberta_ext on the "
         "standard library's docstrings, then use both checkpoints through torch.hub.",
     )
-    parser.add_argument("--out", type=Path, default=DEFAULTS.out, help="working folder (default: %(default)s)")
     parser.add_argument(
-        "--merges", type=int, default=DEFAULTS.merges, help="BPE merges to learn (default: %(default)s)"
+        "--out", type=Path, default=DEFAULTS.out, metavar="DIR", help="working folder (default: %(default)s)"
     )
-    parser.add_argument("--layers", type=int, default=DEFAULTS.layers, help="encoder layers (default: %(default)s)")
+    parser.add_argument(
+        "--merges", type=int, metavar="N", default=DEFAULTS.merges, help="BPE merges to learn (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--layers", type=int, metavar="N", default=DEFAULTS.layers, help="encoder layers (default: %(default)s)"
+    )
     parser.add_argument(
         "--dim",
         type=int,
+        metavar="N",
         default=DEFAULTS.dim,
         help="model width; FFN is 4x, heads = dim/32 (default: %(default)s)",
     )
     parser.add_argument(
         "--tokens-per-sample",
         type=int,
+        metavar="N",
         default=DEFAULTS.tokens_per_sample,
         help="pretraining block length (default: %(default)s)",
     )
     parser.add_argument(
         "--pretrain-updates",
         type=int,
+        metavar="N",
         default=DEFAULTS.pretrain_updates,
         help="pretraining updates (default: %(default)s)",
     )
     parser.add_argument(
         "--finetune-updates",
         type=int,
+        metavar="N",
         default=DEFAULTS.finetune_updates,
         help="fine-tuning updates (default: %(default)s)",
     )
     parser.add_argument(
-        "--batch-size", type=int, default=DEFAULTS.batch_size, help="sentences per batch (default: %(default)s)"
+        "--batch-size",
+        type=int,
+        metavar="N",
+        default=DEFAULTS.batch_size,
+        help="sentences per batch (default: %(default)s)",
     )
     parser.add_argument(
-        "--lr", type=float, default=DEFAULTS.lr, help="peak pretraining learning rate (default: %(default)s)"
+        "--lr",
+        type=float,
+        metavar="X",
+        default=DEFAULTS.lr,
+        help="peak pretraining learning rate (default: %(default)s)",
     )
     parser.add_argument(
         "--workers",
         type=int,
+        metavar="N",
         default=DEFAULTS.workers,
         help="processes for bpe-encode/preprocess (default: %(default)s)",
     )
     parser.add_argument(
         "--seed",
         type=int,
+        metavar="N",
         default=DEFAULTS.seed,
         help="seed of the train/valid/test split, of the label balancing and of both fairseq-train runs "
         "(default: %(default)s)",

@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         "'Content-Type: application/json' -d '{\"inputs\": \"Hello world!\"}' (docs/serving.md)",
     )
     add_model_arguments(parser)
-    add_progress_argument(parser, note="; the server draws none, it logs")
+    # Accepted (hidden) so that command lines that gave it still run: the server draws no bars.
+    add_progress_argument(parser, ignored="the server draws no progress bars; it logs")
     _add_listening_arguments(parser)
     _add_batching_arguments(parser)
     return parser
@@ -126,7 +127,8 @@ def _add_batching_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=DEFAULTS.timeout_s,
         metavar="SECONDS",
-        help=f"a request not answered by then gets 504 (default: {DEFAULTS.timeout_s:g})",
+        help=f"a request not answered by then gets 504, one whose body has not arrived 408 "
+        f"(default: {DEFAULTS.timeout_s:g})",
     )
     limits.add_argument(
         "--retry-after",

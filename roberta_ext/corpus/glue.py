@@ -58,6 +58,7 @@ from typing import IO
 from tqdm import tqdm
 
 from .._io import atomic_directory
+from .._text import counted, undecodable
 from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.gpt2_bpe import GPT2BPE
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
@@ -276,9 +277,7 @@ def _field_text(raw: bytes, where: str, column: int) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise CorpusError(
-            f"{where}: column {column} is not valid UTF-8 ({error.reason} at byte {error.start + 1})"
-        ) from None
+        raise CorpusError(f"{where}: column {column} is not valid UTF-8 ({undecodable(error)})") from None
     # The Python tools read a lone "\r" as a line end: a field holding one would become two lines
     # and shift every later row against the labels. Only a "\r" right before the "\n" is harmless.
     if "\r" in text.removesuffix("\r"):
@@ -569,8 +568,8 @@ def _report(stats: GlueStats, log: IO[str]) -> None:
     for name, lines in stats.dropped.items():
         shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")
         print(
-            f"{stats.task}: dropped {len(lines)} rows of {name} without exactly 6 tab-separated columns, as "
-            f"preprocess_GLUE_tasks.sh does (lines {shown})",
+            f"{stats.task}: dropped {counted(len(lines), 'row')} of {name} without exactly 6 tab-separated columns, "
+            f"as preprocess_GLUE_tasks.sh does ({'line' if len(lines) == 1 else 'lines'} {shown})",
             file=log,
         )
     # fairseq-preprocess's "[None] .text/dev.input1: 30 sents, 539 tokens, 0.0% replaced (by <unk>)"

@@ -45,6 +45,7 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from .._io import atomic_directory
+from .._text import counted
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
 from .reading import CorpusError, InputFile
 from .tokenize import TokenWriter
@@ -110,12 +111,13 @@ def _check_choices(examples: list[ChoiceExample], path: str | os.PathLike[str]) 
     for example in examples:
         if len(example.choices) != len(first.choices):
             raise CorpusError(
-                f"{example.where}: {len(example.choices)} choices, but {first.where} has {len(first.choices)}; "
+                f"{example.where}: {counted(len(example.choices), 'choice')}, but {first.where} has "
+                f"{len(first.choices)}; "
                 "every example needs the same number"
             )
         if example.label is not None and not 0 <= example.label < len(example.choices):
             raise CorpusError(
-                f"{example.where}: label {example.label} is out of range for {len(example.choices)} choices"
+                f"{example.where}: label {example.label} is out of range for {counted(len(example.choices), 'choice')}"
             )
         if (example.label is None) != (first.label is None):
             raise CorpusError(f"{example.where}: some examples of {path} have a label, others not")
@@ -234,7 +236,9 @@ def read_race(input_dir: str | os.PathLike[str], set_type: str) -> list[ChoiceEx
                     joined = question.replace("_", option) if "_" in question else " ".join([question, option])
                     choices.append(re.sub(r"\s+", " ", joined).strip())
                 if not 0 <= label < len(choices):
-                    raise CorpusError(f"{where}: answer {answer!r} is not the letter of one of {len(choices)} options")
+                    raise CorpusError(
+                        f"{where}: answer {answer!r} is not the letter of one of {counted(len(choices), 'option')}"
+                    )
                 examples.append(ChoiceExample(context.strip(), choices, label, where))
     return _check_choices(examples, Path(input_dir, set_type))
 

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from itertools import zip_longest
 from typing import IO, NamedTuple
 
+from .._text import counted, undecodable
+
 __all__ = [
     "CHUNK_BYTES",
     "CHUNK_ROWS",
@@ -158,7 +160,7 @@ def _raise_length_mismatch(inputs: Sequence[InputFile], row: tuple[bytes | None,
     # --inputs a b` takes them): say how to encode those.
     raise CorpusError(
         f"parallel inputs have different numbers of lines: {', '.join(ended)} ended after "
-        f"{lines_before} lines, but {', '.join(longer)} has more. bpe-encode --inputs A B reads A and B as "
+        f"{counted(lines_before, 'line')}, but {', '.join(longer)} has more. bpe-encode --inputs A B reads A and B as "
         f"parallel columns (fairseq's meaning: line i of each is one row, and an empty line drops the row "
         f"from every output). To encode separate files, run bpe-encode once per file."
     )
@@ -195,6 +197,5 @@ def decode_row(row: Sequence[bytes], line_number: int) -> list[str]:
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                detail = f"{error.reason} at byte {error.start + 1} of the line: {raw[error.start : error.end]!r}"
-                raise UndecodableLine(column, line_number, detail) from None
+                raise UndecodableLine(column, line_number, undecodable(error, " of the line")) from None
         raise  # unreachable: one of the lines failed above

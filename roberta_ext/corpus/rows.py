@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from .._text import counted, undecodable
 from .reading import STDIO, CorpusError, InputFile
 
 __all__ = [
@@ -162,8 +163,7 @@ def _decode(raw: bytes) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        bad = raw[error.start : error.end]
-        raise ValueError(f"not valid UTF-8 ({error.reason} at byte {error.start + 1}: {bad!r})") from None
+        raise ValueError(f"not valid UTF-8 ({undecodable(error)})") from None
     return text.removesuffix("\n").removesuffix("\r")
 
 
@@ -285,9 +285,8 @@ class RowReader:
             )
         missing = [name for name, i in zip(self.columns.all, self.indices) if i >= len(cells)]
         if missing:
-            raise ValueError(
-                f"the line has {len(cells)} tab-separated fields, so column(s) {', '.join(missing)} are missing"
-            )
+            columns = f"column {missing[0]} is" if len(missing) == 1 else f"columns {', '.join(missing)} are"
+            raise ValueError(f"the line has {counted(len(cells), 'tab-separated field')}, so {columns} missing")
         return self._split([cells[i].strip() for i in self.indices])
 
     def _json_row(self, text: str) -> tuple[tuple[str, ...], str | None]:

@@ -79,7 +79,7 @@ class TokenWriter:
         self._args = (kind, model, encoder_json, vocab_bpe, cased)
         if kind == "gpt2":
             if not encoder_json or not vocab_bpe:
-                raise CorpusError("the gpt2 tokenizer needs --encoder-json and --vocab-bpe")
+                raise CorpusError("the gpt2 tokenizer needs --gpt2-encoder-json and --gpt2-vocab-bpe")
             from ..tokenizers.gpt2_bpe import GPT2BPE
 
             self._bpe = GPT2BPE.from_files(encoder_json, vocab_bpe)

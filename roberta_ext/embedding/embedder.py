@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..data.batching import length_batches
 from ..inputs import ModelInputs, TextInput, extract_features
+from ..modeling import EncoderModel
 from ..tokenizers.normalization import lowercase_per_character as lowercase
 from .pooling import SentenceEmbedding, check_modes, pool
 
@@ -58,7 +59,7 @@ class Embedder:
     torch.Size([1, 768])
     """
 
-    model: Any
+    model: EncoderModel
     inputs: ModelInputs
     pooling: tuple[str, ...]
     normalize: bool
@@ -80,7 +81,7 @@ class Embedder:
     @classmethod
     def create(
         cls,
-        model: Any,
+        model: EncoderModel,
         inputs: ModelInputs,
         settings: SentenceEmbedding,
         *,
@@ -111,7 +112,7 @@ class Embedder:
         prompt = prompt or ""
         prompt_ids = inputs.tokenizer.encode(lowercase(prompt) if settings.do_lower_case else prompt) if prompt else []
         prompt_length = min(1 + len(prompt_ids), length - 1) if prompt else 0
-        device = next(model.parameters()).device
+        device = model.device
         return cls(
             model=model,
             inputs=inputs,
@@ -148,26 +149,19 @@ class Embedder:
         """Embeddings (N, :attr:`dimension`) float32, on the model's device, of rows of ids (each
         ``<s> ... </s>``), in their order. ``progress(n)`` is called after each batch of ``n`` rows."""
         model = self.model
-        device = next(model.parameters()).device
-        out = torch.empty(len(rows), self.dimension, dtype=torch.float32, device=device)
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.inference_mode():
-                for batch in length_batches(
-                    [len(row) for row in rows], max_tokens=self.max_tokens, batch_size=self.batch_size
-                ):
-                    tokens, lengths = self.inputs.collate([rows[i] for i in batch])
-                    features = extract_features(model, self.inputs, tokens)  # (B, T, C)
-                    assert isinstance(features, torch.Tensor)
-                    pooled = pool(features, lengths, self.pooling, skip=self.skip)  # (B, D) float32
-                    if self.normalize:
-                        pooled = F.normalize(pooled, p=2, dim=-1)
-                    out[torch.tensor(batch, device=out.device)] = pooled
-                    if progress is not None:
-                        progress(len(batch))
-        finally:
-            model.train(was_training)
+        out = torch.empty(len(rows), self.dimension, dtype=torch.float32, device=model.device)
+        with model.inference():
+            for batch in length_batches(
+                [len(row) for row in rows], max_tokens=self.max_tokens, batch_size=self.batch_size
+            ):
+                tokens, lengths = self.inputs.collate([rows[i] for i in batch])
+                features = extract_features(model, self.inputs, tokens)  # (B, T, C)
+                pooled = pool(features, lengths, self.pooling, skip=self.skip)  # (B, D) float32
+                if self.normalize:
+                    pooled = F.normalize(pooled, p=2, dim=-1)
+                out[torch.tensor(batch, device=out.device)] = pooled
+                if progress is not None:
+                    progress(len(batch))
         return out
 
     def embed(self, items: Sequence[TextInput], *, progress: Callable[[int], object] | None = None) -> torch.Tensor:
@@ -176,7 +170,7 @@ class Embedder:
 
 
 def embed(
-    model: Any,
+    model: EncoderModel,
     inputs: ModelInputs,
     settings: SentenceEmbedding,
     texts: TextInput | Sequence[TextInput],

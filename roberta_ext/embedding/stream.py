@@ -23,6 +23,9 @@ How it runs (each point is a promise the tests check):
   with ``i % N == I`` into ``OUT.shard-I-of-N.npy``; :func:`merge_shards` interleaves the N
   shard files back into row order. Round robin rather than contiguous ranges: every shard gets
   the same mix of short and long rows, so they finish together.
+* **Standard input** (``-``) is saved to a hidden file beside the output for the run (the rows
+  are read twice: counted, then embedded), and removed after it. A pipe has no size or time, so a
+  resumed run knows it by its content: piping the same text again resumes.
 * **Bad rows** (not UTF-8, not JSON, a missing field or column) stop the run with
   ``FILE:LINE: what is wrong``; with ``skip_bad_lines`` they are counted, get no row, and are
   listed (row, line, problem) in ``OUT.npy.json``.
@@ -35,8 +38,11 @@ How it runs (each point is a promise the tests check):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -52,7 +58,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .._io import AtomicFiles, atomic_write
-from ..corpus.reading import CorpusError
+from ..corpus.reading import STDIO, CorpusError
 from ..corpus.rows import BadRow, Columns, Line, RowReader, has_header
 from .embedder import Embedder
 from .files import RowReader as EmbeddingRows
@@ -89,26 +95,45 @@ class EmbedError(CorpusError):
 class InputSpec:
     """Which file, in which format (:data:`~roberta_ext.corpus.rows.FORMATS`), and where its
     texts are (``fields``: JSONL keys or TSV columns, one or two: a pair); ``header``: whether a
-    TSV has a header line (None: :func:`~roberta_ext.corpus.rows.has_header`'s rule)."""
+    TSV has a header line (None: :func:`~roberta_ext.corpus.rows.has_header`'s rule). ``path``
+    ``-`` is standard input, which :func:`embed_file` saves to a file first (:func:`_saved_stdin`)."""
 
     path: Path
     format: str
     fields: tuple[str, ...] = ()
     header: bool | None = None
+    stdin_sha256: str | None = None
+    """Set when ``path`` holds standard input, saved: its SHA-256, what a resumed run compares."""
+
+    @property
+    def reads_stdin(self) -> bool:
+        """Whether the input is standard input (``-``, or the file it was saved to)."""
+        return str(self.path) == STDIO or self.stdin_sha256 is not None
+
+    @property
+    def name(self) -> str:
+        """The input as messages name it: its path, or ``<stdin>``."""
+        return "<stdin>" if self.reads_stdin else str(self.path)
 
     def reader(self) -> RowReader:
         if not self.path.is_file():
             raise EmbedError(f"{self.path}: input file not found (or not a file)")
         columns = Columns(self.fields) if self.format != "text" else None
-        return RowReader(self.path, format=self.format, columns=columns, header=self.header)
+        reader = RowReader(self.path, format=self.format, columns=columns, header=self.header)
+        reader.name = self.name  # a saved standard input's lines are <stdin>'s, not the hidden file's
+        return reader
 
     def identity(self) -> dict[str, Any]:
-        """What a resumed run must find unchanged: the file (path, size, modification time) and how it is read."""
+        """What a resumed run must find unchanged: the file (path, size, modification time; for
+        standard input, its size and SHA-256) and how it is read."""
         info = self.path.stat()
+        found: dict[str, Any] = (
+            {"path": STDIO, "size": info.st_size, "sha256": self.stdin_sha256}
+            if self.stdin_sha256 is not None
+            else {"path": str(self.path.resolve()), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+        )
         return {
-            "path": str(self.path.resolve()),
-            "size": info.st_size,
-            "mtime_ns": info.st_mtime_ns,
+            **found,
             "format": self.format,
             "fields": list(self.fields),
             "header": has_header(Columns(self.fields), self.header) if self.format == "tsv" else None,
@@ -329,10 +354,33 @@ def _target(output: Path, shard: Shard) -> Path:
     return shard.output(output)
 
 
+def _stdin_path(target: Path) -> Path:
+    """Where standard input is saved for a run writing ``target``, under a temporary's name
+    (``.emb.npy.stdin.XXXXXXXX.tmp``)."""
+    return target.with_name(target.name + ".stdin")
+
+
 def _clean_after_kills(target: Path) -> None:
-    """Remove what a run killed while assembling ``target`` left (its lock held: none is writing)."""
+    """Remove what a run killed while assembling ``target`` (or saving its standard input) left
+    (its lock held: none is writing)."""
     remove_stale_temporaries(target)
     remove_stale_temporaries(receipt_path(target))
+    remove_stale_temporaries(_stdin_path(target))
+
+
+@contextlib.contextmanager
+def _saved_stdin(spec: InputSpec, target: Path) -> Iterator[InputSpec]:
+    """``spec`` reading standard input saved to a hidden file beside ``target``, removed when the
+    block ends: a run reads its rows twice (to count them, then to embed them), which a pipe cannot
+    give, and knows a resumed run's input by its SHA-256, as a pipe has no size or time."""
+    digest = hashlib.sha256()
+    with AtomicFiles() as files:  # never committed: the saved copy is removed on leaving
+        saved = files.temporary(_stdin_path(target))
+        with open(saved, "wb") as file:
+            while block := sys.stdin.buffer.read(1 << 20):
+                digest.update(block)
+                file.write(block)
+        yield dataclasses.replace(spec, path=saved, stdin_sha256=digest.hexdigest())
 
 
 def embed_file(
@@ -356,7 +404,7 @@ def embed_file(
     >>> embed_file(embedder, InputSpec(Path("texts.txt"), "text"), Path("emb.npy"), options)  # doctest: +SKIP
     """
     target = _target(output, shard)
-    if not spec.path.is_file():
+    if not spec.reads_stdin and not spec.path.is_file():
         raise EmbedError(f"{spec.path}: input file not found (or not a file)")
     with output_lock(target, wait=wait):
         return _embed_locked(embedder, spec, target, options, shard=shard, force=force, progress=progress)
@@ -377,6 +425,23 @@ def _embed_locked(
     parts_folder = parts_path(target)
     if (target.exists() or receipt_path(target).exists()) and not parts_folder.exists() and not force:
         raise EmbedError(f"{target} exists; refusing to overwrite it (use --force)")
+    if spec.reads_stdin:
+        with _saved_stdin(spec, target) as saved:
+            return _embed_rows(embedder, saved, target, options, shard=shard, progress=progress)
+    return _embed_rows(embedder, spec, target, options, shard=shard, progress=progress)
+
+
+def _embed_rows(
+    embedder: Embedder | Callable[[], Embedder],
+    spec: InputSpec,
+    target: Path,
+    options: Options,
+    *,
+    shard: Shard,
+    progress: bool,
+) -> dict[str, Any]:
+    """:func:`_embed_locked` once the output may be written and the input is a file."""
+    parts_folder = parts_path(target)
     reader = spec.reader()
     input_rows = reader.count() or 0  # (a file: never None) also checks a TSV's header line
     if not isinstance(embedder, Embedder):
@@ -400,7 +465,7 @@ def _embed_locked(
         records, embedded = _embed_chunks(embedder, reader, parts, options, shard, bar)
     chunks = (shard.rows_of(input_rows) + options.chunk_rows - 1) // options.chunk_rows
     if len(records) != chunks:
-        raise EmbedError(f"{spec.path}: read {len(records)} chunks of rows, expected {chunks}: did the file change?")
+        raise EmbedError(f"{spec.name}: read {len(records)} chunks of rows, expected {chunks}: did the file change?")
     seconds = time.perf_counter() - started
     receipt = {
         "rows": sum(r["rows"] for r in records),

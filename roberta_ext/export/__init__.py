@@ -13,7 +13,8 @@ The contract of the graph (the same for ONNX and torch.export):
   transformers' tokenizers give it. A position is padding where the mask is 0 *or* the id is
   ``<pad>`` (fairseq's rule, which our hub follows), so a batch padded with ``<pad>`` may pass a
   mask of ones. Exported with ``attention_mask=False``, the graph takes ``input_ids`` alone.
-* one output: ``features`` float32 ``(batch, sequence, C)`` with zeros at padding; or ``logits``
+* one output: ``features`` ``(batch, sequence, C)`` with zeros at padding, in the model's dtype
+  (float32; float16 for a model exported in float16, as are logits); or ``logits``
   of the head ``head`` (``(batch, classes)`` for a sentence head, ``(batch, sequence, labels)``
   for a token head); or ``embeddings`` ``(batch, C)`` (``(batch, k * C)`` for k modes) pooled by
   :func:`roberta_ext.embedding.pooling.pool` over the real tokens, ``<s>`` and ``</s>``
@@ -22,10 +23,13 @@ The contract of the graph (the same for ONNX and torch.export):
   (real tokens first), as ``collate`` and transformers' tokenizers pad them.
 
 Files are written whole or not at all, and only after the written file has been run on a
-padded batch and found equal to the hub's own outputs (:func:`to_onnx`, :func:`to_torch_export`;
-``check=False`` skips it). int8 inference on the CPU (``from_pretrained(..., dtype="int8")``)
-is :mod:`roberta_ext.export.int8`; int8 models are not exported: export the float32 model, and
-quantize the ONNX file with onnxruntime's tools. See docs/export.md.
+padded batch and found equal to the hub's own outputs, within what the model's dtype can meet
+(:func:`check_tolerance`; :func:`to_onnx`, :func:`to_torch_export`; ``check=False`` skips it).
+ONNX files are written in float32 or float16 at the opsets of :data:`ONNX_OPSETS`; anything else
+is refused before any work (:func:`check_onnx_options`). int8 inference on the CPU
+(``from_pretrained(..., dtype="int8")``) is :mod:`roberta_ext.export.int8`; int8 models are not
+exported: export the float32 model, and quantize the ONNX file with onnxruntime's tools. See
+docs/export.md.
 """
 
 from __future__ import annotations
@@ -50,14 +54,20 @@ from .._io import AtomicFiles
 from ..embedding.pooling import check_modes, pool
 from ..head_outputs import classify
 from ..inputs import ServedModel, extract_features
+from ..modeling.model import eval_mode
 from .int8 import Int8Linear, PerTensorInt8Linear
 
 __all__ = [
+    "DEFAULT_OPSET",
     "FORMATS",
     "MODEL_POOLING",
+    "ONNX_DTYPES",
+    "ONNX_OPSETS",
     "ExportCheckError",
     "ServingModule",
     "SUFFIXES",
+    "check_onnx_options",
+    "check_tolerance",
     "example_inputs",
     "export_program",
     "hub_outputs",
@@ -72,11 +82,77 @@ MODEL_POOLING = "model"
 """``pooling=MODEL_POOLING``: the hub's own pooling and normalisation, what ``hub.embed`` does by default."""
 CHECK_TOLERANCE = 1e-4
 """Largest difference allowed between an exported file's outputs and the hub's, relative to the
-size of the outputs (absolute below 1): what the written file is checked against."""
+size of the outputs (absolute below 1): what the written file is checked against in float32
+(:func:`check_tolerance` for other dtypes)."""
+HALF_PRECISION_EPS = 16
+"""Half-precision files are checked to within this many of their dtype's eps (relative, as
+:data:`CHECK_TOLERANCE`): see :func:`check_tolerance`."""
+ONNX_OPSETS = range(17, 23)
+"""The ONNX opsets :func:`to_onnx` writes (17 to 22): those torch's exporter can write and
+onnxruntime runs. The exporter builds opset 18 and converts it: below 17 the conversion fails
+(and the exporter used to keep opset 18 without a word); from 23 on it writes attention as
+ONNX's ``Attention`` operator, whose CPU kernel in onnxruntime 1.32 refuses the padding mask
+(``inconsistent q_sequence_length``). Measured with torch 2.13, onnxscript 0.7.2 and
+onnxruntime 1.32: every opset of the range exports, carries the opset asked for, and equals
+the hub within 2e-6."""
+DEFAULT_OPSET = 20
+"""The opset written when none is asked for: torch 2.13's default, fixed here so that a file's
+opset does not change with torch's version."""
+ONNX_DTYPES = ("float32", "float16")
+"""The dtypes ONNX files are written in. onnxruntime's CPU provider, which runs the check, has
+no bfloat16 kernels (``NOT_IMPLEMENTED ... Add(14)``): a bfloat16 model is exported with
+torch.export (its ``.pt2`` keeps bfloat16), or loaded in float16 or float32 for ONNX. int8
+models are not exported (see the module's docstring)."""
 
 
 class ExportCheckError(RuntimeError):
-    """An exported file's outputs differ from the hub's: the file was not written."""
+    """An exported file's outputs differ from the hub's, or it cannot be run: the file was not written."""
+
+
+def check_onnx_options(*, dtype: torch.dtype | str, opset: int | None = None) -> None:
+    """Refuse what :func:`to_onnx` cannot write and check, before any work: a ``ValueError``
+    that says what to do instead. ``dtype`` is the model's (a torch dtype or its name).
+
+    >>> check_onnx_options(dtype=torch.float16, opset=18)
+    >>> check_onnx_options(dtype="float32", opset=9)
+    Traceback (most recent call last):
+    ...
+    ValueError: opset 9: ONNX files are written at opsets 17 to 22 (default 20): ...
+    """
+    name = str(dtype).removeprefix("torch.")
+    if name == "bfloat16":
+        raise ValueError(
+            "ONNX files in bfloat16 cannot be run by onnxruntime's CPU provider, which has no bfloat16 kernels "
+            "(Add, MatMul, ...): export the model in float16 or float32 (--dtype) for ONNX, or as a torch.export "
+            ".pt2 file (--format torch-export), which keeps bfloat16"
+        )
+    if name not in ONNX_DTYPES and name != "int8":  # (int8: ServingModule says what to do)
+        raise ValueError(f"ONNX files are written in {' or '.join(ONNX_DTYPES)}, not {name}")
+    if opset is not None and opset not in ONNX_OPSETS:
+        raise ValueError(
+            f"opset {opset}: ONNX files are written at opsets {ONNX_OPSETS[0]} to {ONNX_OPSETS[-1]} (default "
+            f"{DEFAULT_OPSET}): torch's exporter cannot convert its graph to older ones, and onnxruntime cannot "
+            "run the attention it writes at newer ones"
+        )
+
+
+def check_tolerance(dtype: torch.dtype) -> float:
+    """The largest difference the check allows between an exported file's outputs and the hub's
+    (relative to the outputs' size, absolute below 1) for a model in ``dtype``:
+    :data:`CHECK_TOLERANCE` in float32, :data:`HALF_PRECISION_EPS` eps in float16 and bfloat16.
+
+    Two half-precision computations of one graph round differently, each a few eps from the exact
+    result, and the difference grows with depth. Measured (float16 ONNX, onnxruntime's CPU
+    provider, against the float16 hub on the CPU, largest over features, pooling and a head): 1.9
+    eps for 2 layers of 64, 3.5 eps for 12 layers of 256, 5.5 eps for 24 layers of 256 (the ONNX
+    file is the closer of the two to float32). 16 eps (1.6% in float16) leaves room for deeper
+    models and still fails a wrong graph, which moves outputs by tens of percent. torch.export
+    files run the hub's own kernels: they equal it exactly in float16 and bfloat16.
+
+    >>> check_tolerance(torch.float32), check_tolerance(torch.float16)
+    (0.0001, 0.015625)
+    """
+    return max(CHECK_TOLERANCE, HALF_PRECISION_EPS * torch.finfo(dtype).eps)
 
 
 class ServingModule(nn.Module):
@@ -162,8 +238,8 @@ class ServingModule(nn.Module):
         if self.head is None:
             return features
         if self.head in self.model.classification_heads:
-            return self.model.classify(self.head, features)  # (B, classes)
-        return self.model.token_heads[self.head](features)  # (B, T, labels)
+            return self.model.classify(self.head, features, padding_mask=~real)  # (B, classes)
+        return self.model.tag(self.head, features)  # (B, T, labels)
 
     def pool(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Right-padded ``features`` (B, T, C) with ``lengths`` (B,) real tokens -> embeddings, as
@@ -177,7 +253,7 @@ class ServingModule(nn.Module):
         every layer on the whole batch, padded keys masked out (its ``forward`` checks whether a
         batch has padding and packs it, which depends on the data: a graph cannot)."""
         segment_labels = self.segments(tokens) if self.segments is not None else None
-        features, _ = self.model.encoder.sentence_encoder.forward_masked(tokens, False, segment_labels)
+        features, _ = self.model.transformer.forward_masked(tokens, False, segment_labels)
         return torch.where(real.unsqueeze(-1), features, torch.zeros_like(features))  # zeros at padding
 
 
@@ -203,7 +279,7 @@ def example_inputs(hub: ServedModel, batch: int = 2, length: int = 8) -> tuple[t
         ids[row, n - 1] = dictionary.eos()
         ids[row, n:] = dictionary.pad()
         mask[row, :n] = 1
-    device = next(hub.model.parameters()).device
+    device = hub.model.device
     return ids.to(device), mask.to(device)
 
 
@@ -224,7 +300,7 @@ def hub_outputs(hub: ServedModel, serving: ServingModule, input_ids: torch.Tenso
         if serving.modes is not None:
             return serving.pool(features, real.sum(dim=1)), every_row
         if serving.head is not None:
-            features = hub.model.token_heads[serving.head](features)
+            features = hub.model.tag(serving.head, features)
         return features, real
 
 
@@ -232,31 +308,21 @@ def hub_outputs(hub: ServedModel, serving: ServingModule, input_ids: torch.Tenso
 
 
 @contextlib.contextmanager
-def _eval_mode(module: nn.Module) -> Iterator[None]:
-    """``module`` in eval mode, then every sub-module back in the mode it had (a hub's model may
-    be in train mode, or have some heads in train mode)."""
-    modes = [(sub, sub.training) for sub in module.modules()]
-    module.eval()
-    try:
-        yield
-    finally:
-        for sub, training in modes:
-            sub.training = training
-
-
-@contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
     """The ONNX exporter without its notes about itself (warnings, and log lines such as
-    'torchvision is not installed'): the command's output is ours."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    'torchvision is not installed' or onnxscript's 'fallback is enabled' when it converts the
+    opset): the command's output is ours."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _dynamic_shapes(serving: ServingModule) -> dict[str, dict[int, Any]]:
@@ -273,7 +339,7 @@ def _trace_inputs(serving: ServingModule, hub: ServedModel) -> tuple[torch.Tenso
 
 
 def _program(serving: ServingModule, hub: ServedModel) -> torch.export.ExportedProgram:
-    with _eval_mode(serving), torch.no_grad():
+    with eval_mode(serving), torch.no_grad():
         return torch.export.export(
             serving, _trace_inputs(serving, hub), dynamic_shapes=_dynamic_shapes(serving), strict=False
         )
@@ -319,17 +385,21 @@ def _staged(path: Path) -> Iterator[tuple[Path, Callable[[], None]]]:
 
 
 def _check(
-    name: Path, ours: torch.Tensor, reference: torch.Tensor, where: torch.Tensor, *, tolerance: float = CHECK_TOLERANCE
+    name: Path, ours: torch.Tensor, reference: torch.Tensor, where: torch.Tensor, *, dtype: torch.dtype = torch.float32
 ) -> float:
-    """The largest difference of ``ours`` from ``reference`` at ``where``; raise
-    :class:`ExportCheckError` above ``tolerance`` (relative to the outputs' size when above 1)."""
+    """The largest difference of ``ours`` from ``reference`` at ``where`` (computed in float32);
+    raise :class:`ExportCheckError` above :func:`check_tolerance` of the model's ``dtype``
+    (relative to the outputs' size when above 1)."""
     where = where.to(reference.device)
+    reference = reference.float()
     difference = float((ours.to(reference) - reference)[where].abs().max())
     scale = max(1.0, float(reference[where].abs().max()))
-    if not difference <= tolerance * scale:  # NaN fails too
+    allowed = check_tolerance(dtype) * scale
+    if not difference <= allowed:  # NaN fails too
         raise ExportCheckError(
             f"{name}: the exported graph's outputs differ from the model's by up to {difference:.3g} on a padded batch "
-            f"(allowed: {tolerance * scale:.3g}); {name} was not written"
+            f"(allowed in {str(dtype).removeprefix('torch.')}: {allowed:.3g}); {name} was not written "
+            "(check=False, --no-check, writes it unchecked)"
         )
     return difference
 
@@ -348,21 +418,25 @@ def to_onnx(
 ) -> Path:
     """Write ``hub``'s model as an ONNX file at ``path``: its features, the logits of the head
     ``head``, or embeddings pooled by ``pooling`` (see :class:`ServingModule` and the module's
-    docstring for the inputs and outputs; ``opset`` default: the exporter's). Needs ``onnx`` and
-    ``onnxscript`` (``pip install roberta_ext[export]``). ``check`` (needs ``onnxruntime``) runs
-    the written file on a padded batch of another size than the one the graph was traced with,
-    and gives it its name only if it equals the hub's outputs. ``progress`` shows the steps as a
-    progress bar on stderr. Returns ``path``.
+    docstring for the inputs and outputs; ``opset``: one of :data:`ONNX_OPSETS`, default
+    :data:`DEFAULT_OPSET`). The model is in float32 or float16 (:func:`check_onnx_options`
+    refuses others before any work). Needs ``onnx`` and ``onnxscript`` (``pip install
+    roberta_ext[export]``). ``check`` (needs ``onnxruntime``) runs the written file on a padded
+    batch of another size than the one the graph was traced with, and gives it its name only if
+    it equals the hub's outputs (within :func:`check_tolerance` of the model's dtype).
+    ``progress`` shows the steps as a progress bar on stderr. Returns ``path``.
 
     >>> roberta.export_onnx("model.onnx", pooling="mean")              # doctest: +SKIP
     PosixPath('model.onnx')
     """
     destination = Path(path)
+    check_onnx_options(dtype=hub.model.dtype, opset=opset)
+    opset = DEFAULT_OPSET if opset is None else opset
     serving = ServingModule(hub, head=head, pooling=pooling, normalize=normalize, attention_mask=attention_mask)
     with _steps(destination, check, progress) as bar:
         # The module itself, not a torch.export program: given the module and its dynamic
         # shapes, the exporter names the axes "batch" and "sequence" (from a program: s0, s1).
-        with _quiet_exporter(), _eval_mode(serving), torch.no_grad():
+        with _quiet_exporter(), eval_mode(serving), torch.no_grad():
             onnx_program = torch.onnx.export(
                 serving,
                 _trace_inputs(serving, hub),
@@ -374,6 +448,12 @@ def to_onnx(
                 verbose=False,
             )
         assert onnx_program is not None  # dynamo=True always returns the program
+        written = onnx_program.model.opset_imports.get("")
+        if written != opset:  # the exporter keeps its own opset where it cannot convert
+            raise ExportCheckError(
+                f"{destination}: torch's exporter wrote opset {written}, not the {opset} asked for; "
+                f"{destination} was not written"
+            )
         bar.update()
         with _staged(destination) as (staged, commit):
             onnx_program.save(staged)
@@ -408,11 +488,18 @@ def _check_onnx(hub: ServedModel, serving: ServingModule, path: Path, destinatio
     except ImportError:
         warnings.warn(f"onnxruntime is not installed: {destination} was written unchecked", stacklevel=3)
         return
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     ids, mask = _check_batch(hub)
     feeds = {"input_ids": ids.cpu().numpy(), "attention_mask": mask.cpu().numpy()}
-    (ours,) = session.run(None, {name: feeds[name] for name in serving.input_names})
-    _check(destination, torch.from_numpy(ours), *hub_outputs(hub, serving, ids))
+    try:
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (ours,) = session.run(None, {name: feeds[name] for name in serving.input_names})
+    except Exception as error:  # onnxruntime's errors derive from Exception alone
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ExportCheckError(
+            f"{destination}: onnxruntime cannot run the exported graph ({reason}); {destination} was not written "
+            "(check=False, --no-check, writes it unchecked)"
+        ) from None
+    _check(destination, torch.from_numpy(ours), *hub_outputs(hub, serving, ids), dtype=hub.model.dtype)
 
 
 def to_torch_export(
@@ -449,7 +536,7 @@ def to_torch_export(
                 ids, mask = _check_batch(hub)
                 with torch.no_grad():
                     ours = loaded(ids, mask) if attention_mask else loaded(ids)
-                _check(destination, ours, *hub_outputs(hub, serving, ids))
+                _check(destination, ours, *hub_outputs(hub, serving, ids), dtype=hub.model.dtype)
                 bar.update()
             commit()
     return destination

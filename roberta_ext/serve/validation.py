@@ -30,6 +30,8 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from .._text import counted
+
 __all__ = [
     "RequestError",
     "bool_field",
@@ -167,7 +169,9 @@ def texts_field(
         where = f"{name}[{i}]"
         if pairs and isinstance(item, list):
             if len(item) != 2:
-                raise RequestError(422, f"{where} must be a pair [text, text], got {len(item)} items", field=where)
+                raise RequestError(
+                    422, f"{where} must be a pair [text, text], got {counted(len(item), 'item')}", field=where
+                )
             items.append((check_text(item[0], f"{where}[0]"), check_text(item[1], f"{where}[1]")))
         elif isinstance(item, list):  # say what a list may hold, not only what this item is not
             raise RequestError(

@@ -12,6 +12,7 @@ import shlex
 import pytest
 
 from roberta_ext import cli
+from roberta_ext.cli import arguments
 from roberta_ext.cli.arguments import MODEL_OPTIONS
 from tests.conftest import REPO
 from tests.docs.markdown import code_blocks
@@ -71,9 +72,11 @@ def test_every_command_that_takes_a_model_takes_the_same_model_arguments(name):
 
 
 def test_no_command_takes_half_of_the_model_arguments():
+    # GPT-2's BPE files are the corpus commands' too, through the same arguments.add_gpt2_bpe_arguments.
+    gpt2 = {"--gpt2-encoder-json", "--gpt2-vocab-bpe"}
     for name, parser in PARSERS.items():
-        taken = set(MODEL_OPTIONS) & options(parser)
-        assert taken in (set(), set(MODEL_OPTIONS)), f"{name} takes only {sorted(taken)}"
+        taken = (set(MODEL_OPTIONS) - gpt2) & options(parser)
+        assert taken in (set(), set(MODEL_OPTIONS) - gpt2), f"{name} takes only {sorted(taken)}"
         assert bool(taken) == (name in cli.MODEL_COMMANDS), name
 
 
@@ -91,7 +94,87 @@ def test_progress_force_and_help_are_the_same_everywhere(name):
 
 def test_the_commands_that_refuse_to_replace_outputs_take_force():
     refusing = {"train-bpe", "prepare-tagging", "glue-preprocess", "prepare-multiple-choice", "embed", "embed merge"}
-    assert {name for name, parser in PARSERS.items() if "--force" in options(parser)} == refusing | {"export"}
+    refusing |= {"export", "predict"}  # predict once replaced its output silently
+    assert {name for name, parser in PARSERS.items() if "--force" in options(parser)} == refusing
+
+
+def test_force_says_what_it_replaces_in_a_sentence():
+    """It said "replace existing <TASK>-bin folders if it exists"."""
+    for name, parser in PARSERS.items():
+        for action in parser._actions:
+            if "--force" in action.option_strings:
+                assert re.fullmatch(r"replace (an? |existing )\S.* \(default: refuse to\)", action.help), name
+                assert "if it exists" not in action.help, name
+
+
+def shown(parser: argparse.ArgumentParser) -> set[str]:
+    """The option strings ``--help`` lists."""
+    return {
+        option for action in parser._actions if action.help != argparse.SUPPRESS for option in action.option_strings
+    }
+
+
+def test_each_option_has_one_spelling_and_older_ones_still_parse():
+    """``--encoder-json`` (corpus) was ``--gpt2-encoder-json`` (model commands), and ``embed
+    --max-tokens`` was ``serve --max-batch-tokens``: one is shown everywhere, the other is a
+    hidden alias of the same option, through the command's parser and the combined one."""
+    everywhere = set().union(*(shown(parser) for parser in PARSERS.values()))
+    assert {"--encoder-json", "--vocab-bpe", "--max-tokens"}.isdisjoint(everywhere)
+    gpt2 = {"bpe-encode", "prepare-tagging", "prepare-multiple-choice", *cli.MODEL_COMMANDS}
+    assert {name for name, parser in PARSERS.items() if "--gpt2-encoder-json" in shown(parser)} == gpt2
+    assert {name for name, parser in PARSERS.items() if "--gpt2-vocab-bpe" in shown(parser)} == gpt2
+    assert {name for name, parser in PARSERS.items() if "--max-batch-tokens" in shown(parser)} == {
+        "predict",
+        "embed",
+        "serve",
+    }
+    top = subparsers(cli.build_parser())
+    for parse in (lambda argv: PARSERS["bpe-encode"].parse_args(argv), lambda argv: top["bpe-encode"].parse_args(argv)):
+        args = parse(["--encoder-json", "e.json", "--vocab-bpe", "v.bpe"])  # required, given by the old names
+        assert (args.gpt2_encoder_json, args.gpt2_vocab_bpe) == ("e.json", "v.bpe")
+    model = PARSERS["predict"].parse_args(["m", "--input", "i", "--output", "o", "--encoder-json", "e.json"])
+    assert model.gpt2_encoder_json == "e.json"
+    for name, required in (
+        ("predict", ["--input", "i", "--output", "o"]),
+        ("embed", ["--input", "i", "--output", "o.npy"]),
+    ):
+        for spelling in ("--max-batch-tokens", "--max-tokens"):
+            for parser in (PARSERS[name], top[name]):
+                assert parser.parse_args(["m", *required, spelling, "64"]).max_tokens == 64
+    with pytest.raises(SystemExit):
+        PARSERS["embed"].parse_args(["m", "--input", "i", "--output", "o.npy", "--max-tokens", "0"])  # its type too
+    with pytest.raises(ValueError, match="--max-tokens is already an option"):
+        arguments.add_hidden_alias(PARSERS["embed"], PARSERS["embed"]._actions[0], "--max-tokens")
+
+
+def test_no_metavar_is_a_python_name():
+    """quickstart showed ``--pretrain-updates PRETRAIN_UPDATES`` where every other command says ``N``."""
+    for name, parser in PARSERS.items():
+        for action in parser._actions:
+            if action.option_strings and action.nargs != 0 and not action.choices and action.help != argparse.SUPPRESS:
+                metavar = action.metavar or action.dest.upper()
+                assert "_" not in str(metavar), f"{name} {action.option_strings[0]} {metavar}"
+
+
+def test_the_tokenizer_options_name_every_tokenizer_and_its_file():
+    """prepare-tagging's help left out XLM-R's tokenizer and its sentencepiece.bpe.model."""
+    for name in ("tokenize", "prepare-tagging"):
+        actions = {option: action for action in PARSERS[name]._actions for option in action.option_strings}
+        tokenizer = actions["--tokenizer"]
+        assert all(choice in tokenizer.help for choice in tokenizer.choices), name
+        assert all(file in actions["--model"].help for file in ("vocab.txt", "spiece.model", "sentencepiece.bpe.model"))
+
+
+def test_serve_progress_is_hidden_and_says_it_does_nothing(capsys):
+    """``serve --progress`` was offered and did nothing: it still parses, so that no command line
+    breaks, but is not offered, and says so when given."""
+    parser = PARSERS["serve"]
+    assert "--progress" not in parser.format_help()
+    assert parser.parse_args(["m"]).progress is None and capsys.readouterr().err == ""
+    assert parser.parse_args(["m", "--no-progress"]).progress is False
+    assert capsys.readouterr().err == (
+        "roberta-ext serve: note: --no-progress does nothing here (the server draws no progress bars; it logs)\n"
+    )
 
 
 def doc_invocations() -> list[tuple[str, list[str]]]:

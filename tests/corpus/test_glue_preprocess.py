@@ -317,8 +317,8 @@ def test_the_report_lists_the_first_ten_dropped_lines(lines, shown):
     log = io.StringIO()
     glue._report(stats, log)
     assert log.getvalue().splitlines()[1:] == [
-        f"QQP: dropped {len(lines)} rows of train.tsv without exactly 6 tab-separated columns, as "
-        f"preprocess_GLUE_tasks.sh does (lines {shown})",
+        f"QQP: dropped {len(lines)} {'row' if len(lines) == 1 else 'rows'} of train.tsv without exactly 6 "
+        f"tab-separated columns, as preprocess_GLUE_tasks.sh does ({'line' if len(lines) == 1 else 'lines'} {shown})",
         "QQP: dropped 2 rows of dev.tsv without exactly 6 tab-separated columns, as preprocess_GLUE_tasks.sh does "
         "(lines 4, 5)",
     ]
@@ -343,8 +343,8 @@ def test_qqps_dropped_rows_are_counted_per_file(bpe_files, fairseq_preprocess, t
         ["0", "1"],
     )
     assert (
-        "QQP: dropped 1 rows of train.tsv without exactly 6 tab-separated columns, as preprocess_GLUE_tasks.sh does "
-        "(lines 3)\n"
+        "QQP: dropped 1 row of train.tsv without exactly 6 tab-separated columns, as preprocess_GLUE_tasks.sh does "
+        "(line 3)\n"
     ) in log.getvalue()
 
 

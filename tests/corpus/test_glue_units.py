@@ -432,10 +432,16 @@ def test_a_row_without_the_tasks_columns_names_file_line_and_columns(tmp_path, t
     [
         (
             b"h\n0\tok\tb\tentailment\n5\tcaf\xe9s\tb\tentailment\n",
-            "3: column 2 is not valid UTF-8 (invalid continuation byte at byte 4)",
+            "3: column 2 is not valid UTF-8 (invalid continuation byte at byte offset 3: b'\\xe9')",
         ),
-        (b"h\n0\ta\t\xffb\tentailment\n", "2: column 3 is not valid UTF-8 (invalid start byte at byte 1)"),
-        (b"h\n0\ta\tb\tentail\xc3\n", "2: column 4 is not valid UTF-8 (unexpected end of data at byte 7)"),
+        (
+            b"h\n0\ta\t\xffb\tentailment\n",
+            "2: column 3 is not valid UTF-8 (invalid start byte at byte offset 0: b'\\xff')",
+        ),
+        (
+            b"h\n0\ta\tb\tentail\xc3\n",
+            "2: column 4 is not valid UTF-8 (unexpected end of data at byte offset 6: b'\\xc3')",
+        ),
         (b"h\n6\ta\rb\tc\tentailment\n", "2: column 2 contains a carriage return (\\r) inside the text"),
         (b"h\n6\ta\tb\r\r\tentailment\n", "2: column 3 contains a carriage return (\\r) inside the text"),
         (b"h\n6\ta\tb\tentail\rment\r\n", "2: column 4 contains a carriage return (\\r) inside the text"),

@@ -90,7 +90,7 @@ def test_blank_json_lines_are_not_rows_and_data_rows_are_counted_apart_from_line
 
 
 BAD_ROWS = [
-    ("a.tsv", "x\ty\nonly\n", {"columns": parse_columns("x,y")}, 2, "has 1 tab-separated fields, so column(s) y"),
+    ("a.tsv", "x\ty\nonly\n", {"columns": parse_columns("x,y")}, 2, "has 1 tab-separated field, so column y is"),
     ("a.tsv", "1\t2\t3\n", {"columns": parse_columns("0"), "exact_fields": 2}, 1, "3 tab-separated fields, not 2"),
     ("a.jsonl", "{broken\n", {}, 1, "not valid JSON"),
     ("a.jsonl", "[1]\n", {}, 1, "expected a JSON object, got list"),
@@ -164,7 +164,7 @@ def test_header_names_are_split_at_tabs_only(tmp_path):
 def test_a_header_line_that_is_not_utf8_names_the_file_and_the_bad_byte(tmp_path):
     path = tmp_path / "a.tsv"
     path.write_bytes(b"caf\xe9\tx\n")
-    problem = r"not valid UTF-8 \(invalid continuation byte at byte 4: b'\\xe9'\)"
+    problem = r"not valid UTF-8 \(invalid continuation byte at byte offset 3: b'\\xe9'\)"
     message = rf"^{re.escape(str(path))}:1: the header line is {problem}$"
     with pytest.raises(CorpusError, match=message):
         rows(path, format="tsv", columns=Columns(("x",)))
@@ -173,9 +173,9 @@ def test_a_header_line_that_is_not_utf8_names_the_file_and_the_bad_byte(tmp_path
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [
-        (b"ok\ncaf\xe9\n", r"invalid continuation byte at byte 4: b'\\xe9'"),  # byte 1 is the line's first
-        (b"\xff\n", r"invalid start byte at byte 1: b'\\xff'"),
-        (b"ab\xe2\x82", r"unexpected end of data at byte 3: b'\\xe2\\x82'"),
+        (b"ok\ncaf\xe9\n", r"invalid continuation byte at byte offset 3: b'\\xe9'"),  # the line's first is 0
+        (b"\xff\n", r"invalid start byte at byte offset 0: b'\\xff'"),
+        (b"ab\xe2\x82", r"unexpected end of data at byte offset 2: b'\\xe2\\x82'"),
     ],
 )
 def test_a_line_that_is_not_utf8_names_the_bad_bytes_and_their_position(tmp_path, raw, problem):
@@ -187,9 +187,7 @@ def test_a_line_that_is_not_utf8_names_the_bad_bytes_and_their_position(tmp_path
 
 def test_a_bad_tsv_row_says_which_columns_are_missing_and_why_a_glue_row_is_bad(tmp_path):
     path = write(tmp_path / "a.tsv", "a\tb\tc\nonly\n")
-    with pytest.raises(
-        BadRow, match=r"a\.tsv:2: the line has 1 tab-separated fields, so column\(s\) b, c are missing$"
-    ):
+    with pytest.raises(BadRow, match=r"a\.tsv:2: the line has 1 tab-separated field, so columns b, c are missing$"):
         rows(path, format="tsv", columns=parse_columns("a,b,label=c"))
     glue = write(tmp_path / "glue.tsv", "1\t2\t3\n")
     message = (

@@ -22,7 +22,7 @@ def test_tokenize_keeps_lines_maps_unknowns_and_names_bad_lines(tmp_path, capsys
     # Empty and blank lines stay empty (document breaks); [UNK] is fairseq's <unk>; a line of
     # control characters has no token and becomes <unk>, not a document break.
     assert (tmp_path / "a.tok").read_text() == "apple ##s river .\n\n\n<unk>\n<unk> apple\nriver\n"
-    assert "1 lines had text but no token" in capsys.readouterr().err
+    assert "1 line had text but no token and was written as <unk>" in capsys.readouterr().err
     assert (
         tokenize_main(
             [

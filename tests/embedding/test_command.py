@@ -7,6 +7,8 @@ so rows agree to float rounding); runs of the command with the same chunks agree
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import os
 import shutil
@@ -231,6 +233,53 @@ def test_resume_after_a_kill_continues_where_it_stopped(tmp_path, model_dir, tex
     assert "input.size was" in capsys.readouterr().err
 
 
+def test_standard_input_is_embedded_and_a_killed_run_resumes_on_the_same_text(
+    tmp_path, model_dir, texts, capsys, monkeypatch, one_thread
+):
+    """``--input -`` was refused as "input file not found", though docs/predict.md said embed read
+    standard input: it is saved beside the output for the run (read twice) and known by its
+    SHA-256, so that piping the same text again resumes a killed run, and another text does not."""
+    source = write_lines(tmp_path / "texts.txt", texts)
+    data = source.read_bytes()
+    whole = tmp_path / "whole.npy"
+    assert run(model_dir, "--input", source, "--output", whole, *CHUNK) == 0
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    piped = tmp_path / "piped.npy"
+    assert run(model_dir, "--input", "-", "--output", piped, *CHUNK) == 0
+    assert np.array_equal(np.load(piped), np.load(whole))  # the same chunks: the same bits
+    assert {name: receipt(piped)["input"][name] for name in ("path", "size", "sha256")} == {
+        "path": "-",
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    assert not [name for name in os.listdir(tmp_path) if "stdin" in name]  # the saved copy is gone
+
+    out = tmp_path / "emb.npy"
+    command = [sys.executable, "-m", "roberta_ext", "embed", str(model_dir), "--input", "-", "--output", str(out)]
+    killed = subprocess.run(
+        [*command, *CHUNK],
+        input=data,
+        cwd=REPO,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", FAIL_AFTER_CHUNKS: "3"},
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILL: its saved copy of stdin stays
+    assert [name.startswith(".emb.npy.stdin.") for name in os.listdir(tmp_path) if "stdin" in name] == [True]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data.replace(b"\n", b" \n", 1))))
+    assert run(model_dir, "--input", "-", "--output", out, *CHUNK) == 1  # another text
+    assert "input.sha256 was" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert run(model_dir, "--input", "-", "--output", out, *CHUNK) == 0  # the same text resumes
+    assert np.array_equal(np.load(out), np.load(whole))
+    assert not [name for name in os.listdir(tmp_path) if "stdin" in name or name.endswith(".parts")]
+    # A bad line of standard input is <stdin>'s, not the saved copy's.
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"fine\n\xff\n")))
+    assert run(model_dir, "--input", "-", "--output", tmp_path / "bad.npy") == 1
+    assert "<stdin>:2: not valid UTF-8 (invalid start byte at byte offset 0: b'\\xff')" in capsys.readouterr().err
+    assert not [name for name in os.listdir(tmp_path) if "stdin" in name]  # nor after an error
+
+
 def test_shards_and_merge_equal_a_single_run(tmp_path, model_dir, texts, monkeypatch):
     source = write_lines(tmp_path / "texts.txt", texts)
     single = tmp_path / "single.npy"
@@ -284,7 +333,7 @@ def test_bad_lines_name_file_and_line_unless_skipped(tmp_path, model_dir, hub, t
     assert not (tmp_path / "a.npy").exists()
 
     assert run(model_dir, "--input", source, "--output", tmp_path / "a.npy", "--skip-bad-lines", "--overwrite") == 0
-    assert "skipped 1 bad lines" in capsys.readouterr().err
+    assert f"skipped 1 bad line (first: {source}:4: not valid UTF-8" in capsys.readouterr().err
     kept = texts[:3] + texts[4:10]
     np.testing.assert_allclose(np.load(tmp_path / "a.npy"), hub.embed(kept).numpy(), atol=1e-6, rtol=1e-5)
     assert [entry[:2] for entry in receipt(tmp_path / "a.npy")["skipped"]] == [[3, 4]]

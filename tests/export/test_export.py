@@ -332,10 +332,52 @@ def test_the_format_follows_the_suffix_and_an_explicit_format_wins(roberta_dir, 
     import onnx
 
     assert onnx.load(str(onnx_named_pt2)).graph.output[0].name == "features"
-    assert export_main([str(roberta_dir), "--output", str(tmp_path / "m.onnx"), "--opset", "18", "--no-check"]) == 0
-    assert onnx.load(str(tmp_path / "m.onnx")).graph.output[0].name == "features"
+    assert export_main([str(roberta_dir), "--output", str(tmp_path / "m.onnx"), "--opset", "22", "--no-check"]) == 0
+    written = onnx.load(str(tmp_path / "m.onnx"))
+    assert written.graph.output[0].name == "features"
+    assert [(entry.domain, entry.version) for entry in written.opset_import if entry.domain == ""] == [("", 22)]
     assert export_main([str(roberta_dir), "--output", str(tmp_path / "m2.pt2"), "--opset", "18"]) == 1
     assert "--opset is for ONNX files" in capsys.readouterr().err
+
+
+def test_what_onnx_cannot_carry_is_refused_in_one_line_before_the_model_loads(tmp_path, capsys):
+    """bfloat16 ended in onnxruntime's traceback, --opset 9 in onnxscript's 15 lines and an
+    opset-18 file: each is now one line, before any work (MODEL does not even exist here)."""
+    missing = str(tmp_path / "no-such-model")
+    refusals = {
+        ("--dtype", "bfloat16"): "ONNX files in bfloat16 cannot be run by onnxruntime's CPU provider",
+        ("--opset", "9"): "opset 9: ONNX files are written at opsets 17 to 22 (default 20)",
+        ("--opset", "23"): "opset 23: ONNX files are written at opsets 17 to 22 (default 20)",
+        ("--dtype", "int8"): "int8 models are not exported: export the float32 model, then quantize",
+    }
+    for option, message in refusals.items():
+        assert export_main([missing, *option, "--output", str(tmp_path / "m.onnx")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("roberta-ext export: error: ") and message in err, err
+        assert err.count("\n") == 1, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_float16_onnx_is_written_and_checked_at_what_float16_can_meet(roberta_dir, tmp_path, capsys):
+    """``--dtype float16`` always failed the check (0.0049 against float32's 0.00035)."""
+    for module in ("onnx", "onnxscript", "onnxruntime"):
+        require(module, "exporting to ONNX and running the files")
+    import onnx
+
+    output = tmp_path / "m16.onnx"
+    assert export_main([str(roberta_dir), "--dtype", "float16", "--output", str(output)]) == 0, capsys.readouterr()
+    assert onnx.load(str(output)).graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    hub = roberta_ext.from_pretrained(str(roberta_dir), dtype="float16")
+    ids = padded_batches(hub)[1]
+    features = torch.from_numpy(run_onnx(output, ids, ids.ne(hub.dictionary.pad()).long())).float()
+    with torch.no_grad():
+        reference = hub.extract_features(ids).float()
+    real = ids.ne(hub.dictionary.pad())
+    scale = max(1.0, float(reference[real].abs().max()))
+    difference = float((features - reference)[real].abs().max())
+    assert 0 < difference <= export.check_tolerance(torch.float16) * scale
+    # The way the bfloat16 refusal names: a .pt2 file keeps bfloat16 (and equals the model exactly).
+    assert export_main([str(roberta_dir), "--dtype", "bfloat16", "--output", str(tmp_path / "m.pt2")]) == 0
 
 
 def test_a_file_is_written_whole_or_not_at_all(roberta, tmp_path, monkeypatch):
