@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..quickstart import Options, run
-from .arguments import add_progress_argument, show_progress
+from .arguments import add_progress_argument, positive_int, show_progress
 
 __all__ = ["build_parser", "main"]
 
@@ -27,42 +27,50 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=DEFAULTS.out, metavar="DIR", help="working folder (default: %(default)s)"
     )
     parser.add_argument(
-        "--merges", type=int, metavar="N", default=DEFAULTS.merges, help="BPE merges to learn (default: %(default)s)"
+        "--merges",
+        type=positive_int,
+        metavar="N",
+        default=DEFAULTS.merges,
+        help="BPE merges to learn (default: %(default)s)",
     )
     parser.add_argument(
-        "--layers", type=int, metavar="N", default=DEFAULTS.layers, help="encoder layers (default: %(default)s)"
+        "--layers",
+        type=positive_int,
+        metavar="N",
+        default=DEFAULTS.layers,
+        help="encoder layers (default: %(default)s)",
     )
     parser.add_argument(
         "--dim",
-        type=int,
+        type=positive_int,
         metavar="N",
         default=DEFAULTS.dim,
         help="model width; FFN is 4x, heads = dim/32 (default: %(default)s)",
     )
     parser.add_argument(
         "--tokens-per-sample",
-        type=int,
+        type=positive_int,
         metavar="N",
         default=DEFAULTS.tokens_per_sample,
         help="pretraining block length (default: %(default)s)",
     )
     parser.add_argument(
         "--pretrain-updates",
-        type=int,
+        type=positive_int,
         metavar="N",
         default=DEFAULTS.pretrain_updates,
         help="pretraining updates (default: %(default)s)",
     )
     parser.add_argument(
         "--finetune-updates",
-        type=int,
+        type=positive_int,
         metavar="N",
         default=DEFAULTS.finetune_updates,
         help="fine-tuning updates (default: %(default)s)",
     )
     parser.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         metavar="N",
         default=DEFAULTS.batch_size,
         help="sentences per batch (default: %(default)s)",
@@ -76,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         metavar="N",
         default=DEFAULTS.workers,
         help="processes for bpe-encode/preprocess (default: %(default)s)",

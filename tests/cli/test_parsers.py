@@ -147,6 +147,26 @@ def test_each_option_has_one_spelling_and_older_ones_still_parse():
         arguments.add_hidden_alias(PARSERS["embed"], PARSERS["embed"]._actions[0], "--max-tokens")
 
 
+COUNT_OPTIONS = ("--threads", "--max-batch-tokens", "--batch-size", "--max-batch-requests", "--workers")
+"""Options that count something the run needs at least one of: 0 must not pass the parser."""
+
+
+def test_counts_refuse_zero_and_negatives_in_every_command():
+    """Issue 37: a positive-integer type that let 0 through (``--threads 0``, ``--max-tokens 0``,
+    ``--batch-size 0``) survived every test."""
+    for bad in ("0", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"must be >= 1, got {bad}"):
+            arguments.positive_int(bad)
+    assert arguments.positive_int("1") == 1
+    seen = set()
+    for name, parser in PARSERS.items():
+        for action in parser._actions:
+            for option in set(action.option_strings) & set(COUNT_OPTIONS):
+                assert action.type is arguments.positive_int, f"{name} {option}"
+                seen.add(option)
+    assert seen == set(COUNT_OPTIONS)
+
+
 def test_no_metavar_is_a_python_name():
     """quickstart showed ``--pretrain-updates PRETRAIN_UPDATES`` where every other command says ``N``."""
     for name, parser in PARSERS.items():

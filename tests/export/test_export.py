@@ -281,6 +281,21 @@ def test_torch_export_round_trip(request, tmp_path, hub_name, output, attention_
 # ---------------------------------------------------------------------------- the command
 
 
+def test_the_command_splits_a_list_of_poolings_on_commas(roberta_dir, roberta, tmp_path):
+    """``--pooling mean,cls`` is two modes concatenated, as ``hub.embed(pooling=["mean", "cls"])``
+    (issue 37: an unsplit "mean,cls" would be one unknown mode)."""
+    path = tmp_path / "two.pt2"
+    assert export_main([str(roberta_dir), "--pooling", "mean,cls", "--output", str(path)]) == 0
+    module = torch.export.load(path).module()
+    ids = padded_batches(roberta)[0]
+    with torch.no_grad():
+        ours = module(ids, ids.ne(roberta.dictionary.pad()).long())
+    assert ours.shape == (len(ids), 2 * roberta.model.cfg.encoder_embed_dim)
+    reference = ServingModule(roberta, pooling=["mean", "cls"])
+    expected, where = export.hub_outputs(roberta, reference, ids)
+    assert_close(ours, expected, where)
+
+
 def test_help_describes_the_contract(capsys):
     with pytest.raises(SystemExit) as exit_:
         export_main(["--help"])
