@@ -20,8 +20,10 @@ from torch import nn
 from .attention import (
     PACKED_ATTENTION,
     Packing,
+    attends_blockwise,
     checked_strategy,
     default_attention,
+    local_attention,
     packing_for,
     real_positions,
     window_mask,
@@ -179,7 +181,10 @@ class MultiheadSelfAttention(nn.Module):
             q, k = apply_rotary(q, rotation), apply_rotary(k, rotation)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         dropout_p = self.dropout if self.training else 0.0
-        out = attention(q, k, v, attn_mask, dropout_p)  # (B, H, T, D)
+        if window is not None and attn_mask is None and attends_blockwise(length, window):
+            out = local_attention(q, k, v, window, dropout_p)  # a long row without padding, (B, H, T, D)
+        else:
+            out = attention(q, k, v, attn_mask, dropout_p)  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, C)
         return self.out_proj(out)
 
@@ -449,7 +454,8 @@ class TransformerEncoder(nn.Module):
         else:
             positions = real_positions(padding_mask)  # (B, T)
         local_mask = None
-        if window is not None and packing is None and (padding_mask is not None or x.shape[1] > window + 1):
+        unpadded_band = window is not None and window + 1 < x.shape[1] and not attends_blockwise(x.shape[1], window)
+        if window is not None and packing is None and (padding_mask is not None or unpadded_band):
             band = window_mask(positions, window)[:, None]  # (B or 1, 1, T, T)
             local_mask = band if mask is None else band & mask
         if not rotary_positions:

@@ -109,12 +109,27 @@ def test_packed_local_layers_mask_each_sequence_not_the_padded_batch(monkeypatch
     monkeypatch.setattr(att, "attention", spy)
     model = tiny()
     features(model, batch_of(LENGTHS), "per_sequence")
-    # Runs of one length (30, 3, 17, 30, 9 -> 30, 3, 17, 30, 9): a band (L, L) per run longer than
-    # the window of the 2 local layers, nothing for the global layer or for runs within the window.
+    # Runs of one length (30, 3, 17, 30, 9 -> 30, 3, 17, 30, 9), in each of the 2 local layers: blocks
+    # of the window with a fixed (window, 3 * window) band for a run of 4 windows or more, a band
+    # (L, L) for a shorter run longer than the window; nothing for the global layer or within the window.
     window = model.cfg.local_attention // 2
-    banded = [length for length in LENGTHS if length > window + 1]
-    assert shapes.count(()) == len(LENGTHS) + 2 * (len(LENGTHS) - len(banded))
-    assert sorted(s for s in shapes if s) == sorted([(n, n) for n in banded] * 2)
+    blockwise = [n for n in LENGTHS if att.attends_blockwise(n, window)]
+    banded = [n for n in LENGTHS if window + 1 < n and n not in blockwise]
+    assert blockwise and banded
+    assert shapes.count(()) == len(LENGTHS) + 2 * (len(LENGTHS) - len(banded) - len(blockwise))
+    expected = [(n, n) for n in banded] * 2 + [(-(-n // window), 1, window, 3 * window) for n in blockwise] * 2
+    assert sorted(s for s in shapes if s) == sorted(expected)
+
+
+@pytest.mark.parametrize("window", [1, 3, 8])
+@pytest.mark.parametrize("length", [1, 7, 32, 33, 130])
+def test_blockwise_local_attention_equals_one_banded_call(length, window):
+    """The blocks give what one SDPA call over the whole sequence with the (L, L) band gives, at
+    every length (a partial last block, a sequence shorter than a block) and batch row."""
+    torch.manual_seed(length + window)
+    q, k, v = torch.randn(3, 2, 3, length, 8).unbind(0)
+    whole = F.scaled_dot_product_attention(q, k, v, attn_mask=att.window_mask(torch.arange(length), window))
+    torch.testing.assert_close(att.local_attention(q, k, v, window), whole, atol=1e-6, rtol=1e-5)
 
 
 def test_varlen_gets_the_window_as_its_own(monkeypatch):
