@@ -11,7 +11,17 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["roberta_ext", "roberta_ext.*"]),
     package_data={"roberta_ext": ["config/*/*.yaml"]},  # the hydra configs of fairseq-hydra-train
-    install_requires=["torch>=2.5", "numpy", "regex", "requests", "tqdm", "safetensors", "sentencepiece"],
+    install_requires=[
+        "torch>=2.5",
+        "numpy",
+        "regex",
+        "requests",
+        "tqdm",
+        "safetensors",
+        "sentencepiece",
+        # tokenizer.json (ModernBERT and the models on its architecture) is read by the reference library.
+        "tokenizers",
+    ],
     extras_require={
         # fairseq-fixed is fairseq 0.12 made to install on Python >= 3.11; see README.
         "fairseq": ["fairseq-fixed==0.12.3.1", "hydra-core==1.3.2", "omegaconf==2.3.0"],

@@ -15,9 +15,10 @@ importing ``roberta_ext`` in a process without fairseq does not import fairseq.
 import sys
 
 from .checkpoints import CheckpointError
+from .errors import RobertaExtError
 from .hub import RobertaHubInterface
 from .loading import from_pretrained, from_transformers
-from .modeling import EncoderConfig, RobertaModel
+from .modeling import EncoderConfig, EncoderModel, EncoderOutput, RobertaModel
 
 __version__ = "0.1.0"
 
@@ -30,6 +31,9 @@ if sys.modules.get("fairseq") is not None:
 __all__ = [
     "CheckpointError",
     "EncoderConfig",
+    "EncoderModel",
+    "EncoderOutput",
+    "RobertaExtError",
     "RobertaHubInterface",
     "RobertaModel",
     "__version__",

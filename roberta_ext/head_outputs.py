@@ -14,10 +14,17 @@ import torch
 import torch.nn.functional as F
 
 from .data.batching import length_batches
+from .errors import RobertaExtError
 from .inputs import ModelInputs, extract_features
 from .modeling import EncoderModel
 
-__all__ = ["classify", "classify_rows", "fill_mask", "replaced_token_probs", "score_choices", "tag"]
+__all__ = ["HeadError", "classify", "classify_rows", "fill_mask", "replaced_token_probs", "score_choices", "tag"]
+
+
+class HeadError(RobertaExtError, ValueError):
+    """The model lacks the head a job needs (no such head, none at all: not a fine-tuned model),
+    or has several and none was named; the message names the heads it has. A ``ValueError``
+    too, as the ``CorpusError`` it replaces was."""
 
 
 def classify(

@@ -27,7 +27,15 @@ from .families import get_family
 from .hub import MASK, RobertaHubInterface
 from .inputs import ModelInputs
 from .tokenizers.dictionary import Dictionary
-from .tokenizers.registry import BPE_CHOICES, KINDS, TokenizerFiles, choose_kind, in_folder, kinds_named
+from .tokenizers.registry import (
+    BPE_CHOICES,
+    KINDS,
+    TokenizerFiles,
+    choose_kind,
+    in_folder,
+    kind_for_transformers,
+    kinds_named,
+)
 
 
 def from_pretrained(
@@ -145,11 +153,13 @@ def from_pretrained(
 def from_transformers(
     directory: str | os.PathLike[str], *, sentence_embedding: SentenceEmbedding | None = None
 ) -> RobertaHubInterface:
-    """A hub for a transformers model directory (RoBERTa, BERT, ALBERT or XLM-R): ``config.json``, the
-    weights (safetensors or ``pytorch_model.bin``) and the tokenizer files — ``vocab.json`` +
+    """A hub for a transformers model directory (RoBERTa, BERT, ALBERT, XLM-R or ModernBERT): ``config.json``,
+    the weights (safetensors or ``pytorch_model.bin``) and the tokenizer files — ``vocab.json`` +
     ``merges.txt`` (RoBERTa), ``vocab.txt`` (BERT; ``do_lower_case`` from
-    ``tokenizer_config.json``), ``spiece.model`` (ALBERT) or ``sentencepiece.bpe.model``
-    (XLM-R). Ids equal transformers' tokenizer's, features equal its model's. ``from_pretrained(directory)`` calls this.
+    ``tokenizer_config.json``), ``spiece.model`` (ALBERT), ``sentencepiece.bpe.model``
+    (XLM-R) or ``tokenizer.json`` (ModernBERT, and any folder whose ``tokenizer_config.json``
+    names transformers' generic ``PreTrainedTokenizerFast``: read by the ``tokenizers`` library).
+    Ids equal transformers' tokenizer's, features equal its model's. ``from_pretrained(directory)`` calls this.
     ``sentence_embedding`` says how ``embed`` pools (default: mean pooling).
 
     >>> bert = from_transformers("bert-base-uncased")                     # doctest: +SKIP
@@ -158,10 +168,13 @@ def from_transformers(
     """
     d = Path(directory)
     loaded = load_transformers(d)
-    kind = KINDS[get_family(loaded.model.cfg.family).tokenizer]
+    family = get_family(loaded.model.cfg.family)
     tokenizer_config = _read_optional_json(d / "tokenizer_config.json")
+    kind = kind_for_transformers(d, tokenizer_config, family.tokenizer)
     fast = _read_optional_json(d / "tokenizer.json").get("model") or {}  # transformers 5 writes only this
-    tokenizer = kind.from_transformers(d, tokenizer_config, fast, loaded.model.cfg.vocab_size)
+    tokenizer = kind.from_transformers(
+        d, tokenizer_config, fast, loaded.model.cfg.vocab_size, double_separator=family.double_separator
+    )
     if len(tokenizer.dictionary) != loaded.model.cfg.vocab_size:
         raise CheckpointError(
             f"{str(d)!r}: the tokenizer has {len(tokenizer.dictionary)} tokens but the model's "

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from ._io import atomic_write
 from .corpus.reading import STDIO, CorpusError
 from .corpus.rows import Row
-from .head_outputs import classify_rows
+from .head_outputs import HeadError, classify_rows
 from .inputs import ModelInputs
 from .metrics import check_metrics, compute_metrics
 from .modeling import EncoderModel
@@ -41,7 +41,8 @@ OUTPUT_FORMATS = ("tsv", "jsonl")
 
 
 def choose_head(model: EncoderModel, head: str | None) -> str:
-    """The classification head to predict with: ``head``, or the model's only one.
+    """The classification head to predict with: ``head``, or the model's only one; else a
+    :class:`~roberta_ext.head_outputs.HeadError` naming the model's heads.
 
     >>> from roberta_ext.families import preset
     >>> from roberta_ext.modeling import RobertaModel
@@ -53,13 +54,13 @@ def choose_head(model: EncoderModel, head: str | None) -> str:
     heads = sorted(model.classification_heads)
     if head is not None:
         if head not in heads:
-            raise CorpusError(f"the model has no classification head {head!r}; its heads: {heads}")
+            raise HeadError(f"the model has no classification head {head!r}; its heads: {heads}")
         return head
     if len(heads) == 1:
         return heads[0]
     if not heads:
-        raise CorpusError("the model has no classification head: predict needs a fine-tuned model")
-    raise CorpusError(f"the model has {len(heads)} classification heads, {heads}: choose one with --head")
+        raise HeadError("the model has no classification head: predict needs a fine-tuned model")
+    raise HeadError(f"the model has {len(heads)} classification heads, {heads}: choose one with --head")
 
 
 def predict_rows(

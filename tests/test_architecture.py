@@ -221,3 +221,79 @@ def test_public_functions_take_the_model_type_not_any():
                 if argument.arg == "model" and ast.unparse(argument.annotation or ast.Constant(None)) == "Any":
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
     assert not offenders, f"functions taking `model: Any` (annotate EncoderModel): {offenders}"
+
+
+# ------------------------------------------------------------------------ one error hierarchy
+
+NOT_PROJECT_ERRORS = {
+    # Control-flow signals, each caught where it is raised and never reported as it is: deriving
+    # from RobertaExtError would let a door's `except` answer for a signal meant for its catcher.
+    "roberta_ext.checkpoints.store._TransientError": "a failed download attempt, retried; then a DownloadError",
+    "roberta_ext.corpus.reading.UndecodableLine": "a line that is not UTF-8, in a worker; then a CorpusError naming it",
+    "roberta_ext.tokenizers.wordpiece._LoneSurrogate": "raised inside str.translate; its catcher names the text",
+}
+"""Exception classes of the package that must not derive from the base, each with why."""
+
+
+def _names_an_exception(base: ast.expr) -> bool:
+    name = ast.unparse(base).rsplit(".", 1)[-1]
+    return name.endswith(("Error", "Exception"))
+
+
+def _exception_class_candidates(path: Path) -> tuple[list[str], list[str]]:
+    """The top-level classes of a module (checked by importing it) and the nested ``ClassDef`` s
+    whose bases name an exception (which cannot be imported to check: not allowed)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = [node.name for node in tree.body if isinstance(node, ast.ClassDef) and node.bases]
+    nested = [
+        f"{path.relative_to(REPO)}:{node.lineno} {node.name}"
+        for outer in ast.walk(tree)
+        if isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        for node in ast.walk(outer)
+        if node is not outer and isinstance(node, ast.ClassDef) and any(map(_names_an_exception, node.bases))
+    ]
+    return top, nested
+
+
+def _errors_not_from_the_base(names: Iterator[str] | list[str]) -> tuple[list[str], list[str]]:
+    """``(offenders, allowlisted seen)`` among the exception classes of the modules ``names``."""
+    import importlib
+
+    from roberta_ext.errors import RobertaExtError
+
+    offenders, seen = [], []
+    for name in names:
+        top, nested = _exception_class_candidates(MODULES[name])
+        offenders += nested
+        module = importlib.import_module(name)
+        for class_name in top:
+            cls = getattr(module, class_name)
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)) or issubclass(cls, Warning):
+                continue  # not an exception (a warning category is not an error either)
+            if f"{name}.{class_name}" in NOT_PROJECT_ERRORS:
+                seen.append(f"{name}.{class_name}")
+            elif not issubclass(cls, RobertaExtError):
+                bases = ", ".join(ancestor.__name__ for ancestor in cls.__mro__[1:-2])
+                offenders.append(f"{MODULES[name].relative_to(REPO)} {class_name} ({bases})")
+    return offenders, seen
+
+
+def test_every_error_of_the_package_derives_from_the_base():
+    """Every exception class of ``roberta_ext`` (the plugin's: see the next test) derives from
+    ``roberta_ext.errors.RobertaExtError``, through its layer's class; the allowlist holds only
+    control-flow signals, and only ones that still exist."""
+    offenders, seen = _errors_not_from_the_base(
+        name for name in MODULES if not name.startswith("roberta_ext.fairseq_plugin") and name != "roberta_ext.__main__"
+    )
+    assert not offenders, f"exception classes not derived from RobertaExtError (derive from your layer's): {offenders}"
+    assert sorted(seen) == sorted(NOT_PROJECT_ERRORS), "NOT_PROJECT_ERRORS names a class that is gone: remove it"
+
+
+def test_every_error_of_the_plugin_derives_from_the_base():
+    from tests.peers import require
+
+    require("fairseq", "the plugin's modules import fairseq")
+    offenders, _ = _errors_not_from_the_base(
+        [name for name in MODULES if name.startswith("roberta_ext.fairseq_plugin")]
+    )
+    assert not offenders, f"exception classes not derived from RobertaExtError (derive from your layer's): {offenders}"

@@ -20,6 +20,7 @@ import roberta_ext
 from roberta_ext.corpus.reading import CorpusError
 from roberta_ext.corpus.rows import Row
 from roberta_ext.families import preset
+from roberta_ext.head_outputs import HeadError
 from roberta_ext.inputs import ModelInputs, pair_layout
 from roberta_ext.metrics import METRICS
 from roberta_ext.modeling import EncoderOutput
@@ -148,7 +149,7 @@ def test_choose_head_takes_the_named_head_or_the_only_one():
     ],
 )
 def test_choose_head_refusals(names, head, message):
-    with pytest.raises(CorpusError, match=re.escape(message) + "$"):
+    with pytest.raises(HeadError, match=re.escape(message) + "$"):
         choose_head(heads(*names), head)
 
 
@@ -347,7 +348,7 @@ def test_the_head_is_chosen_or_refused_before_anything_is_written(inputs, tmp_pa
     model = StandIn(inputs, table, {"topic": 2, HEAD: 3}, LOGITS)
     output = tmp_path / "out.tsv"
     with pytest.raises(
-        CorpusError,
+        HeadError,
         match=re.escape(
             "the model has 2 classification heads, ['sentence_classification_head', 'topic']: choose one with --head"
         )

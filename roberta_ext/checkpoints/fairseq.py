@@ -26,7 +26,8 @@ from .._io import atomic_path
 from ..families import get_family, preset
 from ..modeling import ENCODER_PREFIX, EncoderConfig, RobertaModel
 from ..modeling.config import CHECKPOINT_OPTIONS, FAIRSEQ_NAMES
-from .safe_load import CheckpointError, load_checkpoint_file
+from .errors import CheckpointError
+from .safe_load import load_checkpoint_file
 from .state import drop_pretraining_modules, load_state_strict
 
 # (pattern, replacement) applied in order to every key of an old state dict.

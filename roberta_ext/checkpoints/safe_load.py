@@ -33,9 +33,7 @@ from typing import Any
 
 import torch
 
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, damaged, not a checkpoint, or unsafe to load."""
+from .errors import CheckpointError  # defined with the layer; importable from here as it always was
 
 
 class _Recorded:

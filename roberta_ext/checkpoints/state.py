@@ -11,7 +11,7 @@ tied LM output matrix checked against the embeddings, then adopted without a cop
 >>> load_state_strict(RobertaModel(preset("tiny")), state, source="example.pt")
 Traceback (most recent call last):
 ...
-roberta_ext.checkpoints.safe_load.CheckpointError: 'example.pt' does not match a roberta model:
+roberta_ext.checkpoints.errors.CheckpointError: 'example.pt' does not match a roberta model:
 parameters not in the file ['encoder.lm_head.bias'], tensors of the file nothing takes []
 """
 
@@ -24,7 +24,7 @@ from torch import nn
 
 from ..families import families
 from ..modeling import ENCODER_PREFIX, RobertaModel
-from .safe_load import CheckpointError
+from .errors import CheckpointError
 
 LM_OUTPUT = "encoder.lm_head.weight"
 EMBEDDINGS = ENCODER_PREFIX + "embed_tokens.weight"

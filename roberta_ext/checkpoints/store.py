@@ -47,6 +47,7 @@ from tqdm import tqdm
 from tqdm.utils import CallbackIOWrapper
 
 from .._io import atomic_directory, atomic_write
+from ..errors import RobertaExtError
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ __all__ = [
     "DownloadError",
     "Gpt2BpeFiles",
     "KnownModel",
+    "StoreError",
     "default_cache_dir",
     "download",
     "resolve_file",
@@ -158,8 +160,13 @@ GPT2_BPE = Gpt2BpeFiles(
 )
 
 
-class DownloadError(OSError):
-    """A file could not be fetched into the cache; the message names the URL, the cache path and why."""
+class StoreError(RobertaExtError):
+    """The download cache's error: a file it could not fetch, an archive it would not unpack."""
+
+
+class DownloadError(StoreError, OSError):
+    """A file could not be fetched into the cache; the message names the URL, the cache path and why.
+    An ``OSError`` too, as it always was."""
 
     def __init__(self, url: str, path: Path, cause: str) -> None:
         super().__init__(f"cannot download {url} to {path}: {cause}")
@@ -167,8 +174,9 @@ class DownloadError(OSError):
         self.path = path
 
 
-class ArchiveError(ValueError):
-    """An archive is unreadable, or holds a member that would land outside the destination."""
+class ArchiveError(StoreError, ValueError):
+    """An archive is unreadable, or holds a member that would land outside the destination.
+    A ``ValueError`` too, as it always was."""
 
 
 def default_cache_dir() -> Path:

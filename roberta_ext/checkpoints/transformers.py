@@ -42,7 +42,8 @@ from ..families import (
 from ..families.base import TRANSFORMERS_ACTIVATIONS
 from ..modeling import ENCODER_PREFIX, EncoderConfig, LMHead, RobertaModel
 from ..modeling.encoder import init_bert_params
-from .safe_load import CheckpointError, load_torch_file
+from .errors import CheckpointError
+from .safe_load import load_torch_file
 from .state import load_state_strict
 
 QA_HEAD = "qa"

@@ -129,7 +129,11 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, device: str = "auto"
         help="the folder with dict.txt, or input0/dict.txt and label/dict.txt after fine-tuning; a path starting "
         "with '.' is relative to MODEL (default: ., MODEL itself)",
     )
-    model.add_argument("--bpe", help="gpt2, bert (wordpiece) or sentencepiece (default: from the files)")
+    model.add_argument(
+        "--bpe",
+        help="gpt2, bert (wordpiece), sentencepiece or hf_tokenizer (tokenizer.json, read by the tokenizers "
+        "library) (default: from the files)",
+    )
     add_gpt2_bpe_arguments(model)
     model.add_argument("--bpe-vocab-file", metavar="FILE", help="WordPiece vocab.txt")
     model.add_argument("--bpe-cased", action="store_true", help="cased WordPiece vocabulary")

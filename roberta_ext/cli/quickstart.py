@@ -26,55 +26,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=Path, default=DEFAULTS.out, metavar="DIR", help="working folder (default: %(default)s)"
     )
-    parser.add_argument(
-        "--merges",
-        type=positive_int,
-        metavar="N",
-        default=DEFAULTS.merges,
-        help="BPE merges to learn (default: %(default)s)",
+    counts = (
+        ("--merges", "BPE merges to learn"),
+        ("--layers", "encoder layers"),
+        ("--dim", "model width; FFN is 4x, heads = dim/32"),
+        ("--tokens-per-sample", "pretraining block length"),
+        ("--pretrain-updates", "pretraining updates"),
+        ("--finetune-updates", "fine-tuning updates"),
+        ("--batch-size", "sentences per batch"),
     )
-    parser.add_argument(
-        "--layers",
-        type=positive_int,
-        metavar="N",
-        default=DEFAULTS.layers,
-        help="encoder layers (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--dim",
-        type=positive_int,
-        metavar="N",
-        default=DEFAULTS.dim,
-        help="model width; FFN is 4x, heads = dim/32 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--tokens-per-sample",
-        type=positive_int,
-        metavar="N",
-        default=DEFAULTS.tokens_per_sample,
-        help="pretraining block length (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--pretrain-updates",
-        type=positive_int,
-        metavar="N",
-        default=DEFAULTS.pretrain_updates,
-        help="pretraining updates (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--finetune-updates",
-        type=positive_int,
-        metavar="N",
-        default=DEFAULTS.finetune_updates,
-        help="fine-tuning updates (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        metavar="N",
-        default=DEFAULTS.batch_size,
-        help="sentences per batch (default: %(default)s)",
-    )
+    for flag, meaning in counts:
+        default = getattr(DEFAULTS, flag.removeprefix("--").replace("-", "_"))
+        parser.add_argument(
+            flag, type=positive_int, metavar="N", default=default, help=f"{meaning} (default: %(default)s)"
+        )
     parser.add_argument(
         "--lr",
         type=float,

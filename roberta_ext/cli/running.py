@@ -11,28 +11,48 @@ from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 
 from ..checkpoints import CheckpointError
+from ..checkpoints.store import StoreError
 from ..corpus.reading import CorpusError
-from ..tokenizers.dictionary import DictionaryFormatError
-from ..tokenizers.gpt2_bpe import GPT2BPEFormatError
+from ..embedding.locking import OutputBusy
+from ..errors import RobertaExtError, lookup
+from ..export import ExportError
+from ..head_outputs import HeadError
+from ..tokenizers.errors import TokenizerError
 
-__all__ = ["CommandError", "run_command", "say"]
+__all__ = ["EXIT_STATUS", "CommandError", "exit_status", "run_command", "say"]
 
 
-class CommandError(Exception):
+class CommandError(RobertaExtError):
     """A failure a command reports in one line (a model that cannot be loaded, options that do
-    not go together); the message names what is wrong."""
+    not go together); the message names what is wrong. The command-line layer's error."""
 
 
-EXPECTED = (
-    CommandError,
-    CorpusError,
-    CheckpointError,
-    GPT2BPEFormatError,
-    DictionaryFormatError,
-    OSError,
-    BrokenProcessPool,
-)
-"""What a command reports as ``PROG: error: MESSAGE`` and exit status 1, not as a traceback."""
+EXIT_STATUS: dict[type[BaseException], int] = {
+    CommandError: 1,
+    CheckpointError: 1,  # a model file that cannot be used
+    StoreError: 1,  # a download or archive that failed (DownloadError is an OSError too)
+    TokenizerError: 1,  # vocabulary files that cannot be read
+    CorpusError: 1,  # input rows that cannot be processed
+    HeadError: 1,  # the model lacks the head the command needs
+    OutputBusy: 1,  # another run is writing the output
+    ExportError: 1,
+    RobertaExtError: 1,  # any other error the package raises on purpose
+    OSError: 1,  # a file that cannot be read or written, a broken pipe
+    BrokenProcessPool: 1,  # a worker process died (killed for memory)
+}
+"""What a command reports as ``PROG: error: MESSAGE`` with an exit status, not as a traceback:
+the status of an error's class or its nearest listed ancestor (:func:`exit_status`). Ctrl-C
+exits 130, SIGTERM 143 and a usage error 2 (argparse's); docs/index.md lists them."""
+
+
+def exit_status(error: BaseException) -> int | None:
+    """The exit status of ``error`` by :data:`EXIT_STATUS` (its class's, else its nearest
+    listed ancestor's), or None for an error that is a bug: it is shown as a traceback.
+
+    >>> exit_status(CorpusError("a.tsv:3: no column 2")), exit_status(KeyError("x")) is None
+    (1, True)
+    """
+    return lookup(EXIT_STATUS, error)
 
 
 def say(prog: str, message: str) -> None:
@@ -65,8 +85,8 @@ def run_command(
     interrupted: str = "no output file was written or changed",
     threads: int | None = None,
 ) -> int:
-    """Run a command; expected failures (:data:`EXPECTED`) become one line on stderr and exit
-    status 1, Ctrl-C a line saying ``interrupted`` and 130.
+    """Run a command; expected failures (:data:`EXIT_STATUS`) become one line on stderr and
+    their exit status, Ctrl-C a line saying ``interrupted`` and 130.
 
     SIGTERM becomes ``SystemExit(128 + 15)`` while ``body`` runs, so that its cleanup (temporary
     files removed) runs too. ``threads`` sets torch's CPU threads for the run and gives the
@@ -79,13 +99,16 @@ def run_command(
     try:
         with _sigterm_as_exit():
             return body()
-    except EXPECTED as error:
+    except Exception as error:
+        status = exit_status(error)
+        if status is None:
+            raise
         if isinstance(error, BrokenPipeError):  # e.g. `bpe-encode ... | head`: not worth a message
             with contextlib.suppress(OSError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 1
+            return status
         say(prog, f"error: {error}")
-        return 1
+        return status
     except KeyboardInterrupt:
         print(file=sys.stderr)
         say(prog, f"interrupted; {interrupted}")

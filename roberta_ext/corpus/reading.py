@@ -25,6 +25,7 @@ from itertools import zip_longest
 from typing import IO, NamedTuple
 
 from .._text import counted, undecodable
+from ..errors import RobertaExtError
 
 __all__ = [
     "CHUNK_BYTES",
@@ -48,8 +49,9 @@ CHUNK_ROWS = 4096
 CHUNK_BYTES = 1 << 18
 
 
-class CorpusError(ValueError):
-    """An input the corpus tools cannot process; the message names the file (and line)."""
+class CorpusError(RobertaExtError, ValueError):
+    """An input the corpus tools cannot process; the message names the file (and line). The
+    corpus layer's error; a ``ValueError`` too, as it always was."""
 
 
 class InputFile:

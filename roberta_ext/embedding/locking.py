@@ -32,13 +32,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .._io import is_temporary_of
-from ..corpus.reading import CorpusError
+from ..errors import RobertaExtError
 
 __all__ = ["OutputBusy", "Wait", "lock_path", "output_lock", "remove_stale_temporaries"]
 
 
-class OutputBusy(CorpusError):
-    """Another process holds the output's lock; the message names it and the output."""
+class OutputBusy(RobertaExtError, ValueError):
+    """Another process holds the output's lock; the message names it and the output. The lock's
+    own error (it was a ``CorpusError``, whose ``ValueError`` it keeps for callers that catch that)."""
 
     def __init__(self, message: str, *, holder: dict[str, object]) -> None:
         super().__init__(message)

@@ -52,6 +52,7 @@ from tqdm import tqdm
 
 from .._io import AtomicFiles
 from ..embedding.pooling import check_modes, pool
+from ..errors import RobertaExtError
 from ..head_outputs import classify
 from ..inputs import ServedModel, extract_features
 from ..modeling.model import eval_mode
@@ -64,6 +65,7 @@ __all__ = [
     "ONNX_DTYPES",
     "ONNX_OPSETS",
     "ExportCheckError",
+    "ExportError",
     "ServingModule",
     "SUFFIXES",
     "check_onnx_options",
@@ -105,8 +107,13 @@ torch.export (its ``.pt2`` keeps bfloat16), or loaded in float16 or float32 for 
 models are not exported (see the module's docstring)."""
 
 
-class ExportCheckError(RuntimeError):
-    """An exported file's outputs differ from the hub's, or it cannot be run: the file was not written."""
+class ExportError(RobertaExtError):
+    """The export layer's error: a model that could not be exported as asked."""
+
+
+class ExportCheckError(ExportError, RuntimeError):
+    """An exported file's outputs differ from the hub's, or it cannot be run: the file was not written.
+    A ``RuntimeError`` too, as it always was."""
 
 
 def check_onnx_options(*, dtype: torch.dtype | str, opset: int | None = None) -> None:

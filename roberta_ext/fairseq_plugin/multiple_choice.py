@@ -65,6 +65,7 @@ from fairseq.data import (
 from fairseq.tasks import LegacyFairseqTask, register_task
 from fairseq.tasks.sentence_ranking import SentenceRankingTask
 
+from ..errors import RobertaExtError
 from .datasets import EveryExampleDataset
 
 logger = logging.getLogger(__name__)
@@ -76,8 +77,9 @@ CRITERIA = (CRITERION, "sentence_ranking")
 """Criteria that read the batches of these tasks: ours, and fairseq's own."""
 
 
-class MultipleChoiceDataError(ValueError):
-    """Multiple-choice data that cannot be read: the message names the file and the line."""
+class MultipleChoiceDataError(RobertaExtError, ValueError):
+    """Multiple-choice data that cannot be read: the message names the file and the line. A
+    ``ValueError`` too, as it always was."""
 
 
 def _check_criterion(args: Any, task: str) -> None:

@@ -241,9 +241,10 @@ FAMILY = Family(
             encoder_layers=28, encoder_embed_dim=1024, encoder_ffn_embed_dim=2624, encoder_attention_heads=16
         ),
     },
-    # A byte-level BPE in tokenizer.json; the nearest kind the registry has. Reading ModernBERT's
-    # tokenizer.json exactly is the next step (issue 34, item 3).
-    tokenizer="gpt2",
+    # A byte-level BPE in tokenizer.json that GPT-2's does not reproduce (an NFC normalizer, added
+    # tokens for runs of spaces, a [MASK] that absorbs the space before it): transformers always
+    # reads it with the tokenizers library, and so do we.
+    tokenizer="hf_tokenizer",
     transformers=TransformersLayout(
         model_type="modernbert",
         class_prefix="ModernBert",

@@ -49,10 +49,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..embedding.embedder import Embedder
+from ..errors import RobertaExtError
 from ..head_outputs import classify_rows, fill_mask
 from ..inputs import ServedModel
 from ..modeling import EncoderModel
 from ..tokenizers.registry import kind_of
+from .errors import answer_for
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openapi import RouteLimits, openapi_description, request_fields
 from .options import ServeOptions
@@ -187,6 +189,12 @@ class Server:
                 kind = "ClientClosed"
                 gone = RequestError(499, "the client closed the connection before its answer", kind=kind)
                 response = self.error_response(gone, openai=openai)
+            except RobertaExtError as error:  # a library error: answered by its class (serve/errors.py)
+                answered = answer_for(error)
+                if answered.status >= 500:
+                    logger.exception("%s failed", endpoint)
+                kind = answered.kind
+                response = self.error_response(answered, openai=openai)
             except Exception as error:  # a bug: still a JSON answer naming it, and the server goes on
                 logger.exception("%s failed", endpoint)
                 kind = "Backend"

@@ -31,6 +31,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .._text import counted
+from ..errors import RobertaExtError
 
 __all__ = [
     "RequestError",
@@ -48,7 +49,7 @@ __all__ = [
 JSON_TYPES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 
 
-class RequestError(Exception):
+class RequestError(RobertaExtError):
     """A request the server refuses (or could not serve), with its HTTP status, TEI's error type
     (``Validation``, ``Empty``, ``Overloaded``, ``Timeout``, ``Backend``, ``Unhealthy``, ...) and the
     field of the body at fault, if one is."""

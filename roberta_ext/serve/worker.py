@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from ..errors import RobertaExtError
 from .metrics import ServerMetrics
 
 __all__ = ["BatchingWorker", "Job", "Overloaded", "Results", "ShuttingDown", "Slot", "Task"]
@@ -55,11 +56,11 @@ Results = Sequence[Any] | torch.Tensor
 logger = logging.getLogger("roberta_ext.serve")
 
 
-class Overloaded(Exception):
+class Overloaded(RobertaExtError):
     """The queue is full: the request is refused at once (HTTP 429)."""
 
 
-class ShuttingDown(Exception):
+class ShuttingDown(RobertaExtError):
     """The worker is stopping and accepts no new work (HTTP 503)."""
 
 

@@ -1,8 +1,9 @@
 """Tokenizers that turn text into model ids. Pure Python (plus ``sentencepiece``): no torch needed.
 
 GPT-2 byte-level BPE into fairseq dictionary indices (RoBERTa), WordPiece over a ``vocab.txt``
-(BERT), SentencePiece over a ``spiece.model`` (ALBERT), and SentencePiece over XLM-R's
-``sentencepiece.bpe.model`` in fairseq's ids (XLM-R).
+(BERT), SentencePiece over a ``spiece.model`` (ALBERT), SentencePiece over XLM-R's
+``sentencepiece.bpe.model`` in fairseq's ids (XLM-R), and a ``tokenizer.json`` read by the
+``tokenizers`` library (:class:`HFTokenizer`: ModernBERT), imported only when one is read.
 
 >>> from roberta_ext.tokenizers import FairseqGPT2Tokenizer, WordPieceTokenizer, SentencePieceTokenizer
 >>> from roberta_ext.tokenizers import XLMRSentencePiece
@@ -26,6 +27,7 @@ from .gpt2_bpe import (
     ReferenceGPT2BPE,
     bytes_to_unicode,
 )
+from .hf_tokenizer import HFTokenizer, HFTokenizerFormatError
 from .sentencepiece_tokenizer import (
     SentencePieceFormatError,
     SentencePieceTokenizer,
@@ -53,6 +55,8 @@ __all__ = [
     "DictionaryFormatError",
     "FairseqGPT2Tokenizer",
     "GPT2BPEFormatError",
+    "HFTokenizer",
+    "HFTokenizerFormatError",
     "ReferenceGPT2BPE",
     "SentencePieceFormatError",
     "SentencePieceTokenizer",

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .._io import atomic_write
+from .errors import TokenizerError
 
 __all__ = ["Dictionary", "DictionaryFormatError"]
 
@@ -26,7 +27,7 @@ _SPACE_NORMALIZER = re.compile(r"\s+")
 _OVERWRITE_FLAG = "#fairseq:overwrite"
 
 
-class DictionaryFormatError(ValueError):
+class DictionaryFormatError(TokenizerError):
     """A ``dict.txt`` that fairseq would also reject (or misread); the message names file and line."""
 
 

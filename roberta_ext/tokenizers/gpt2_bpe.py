@@ -32,6 +32,7 @@ from typing import Generic, TypeVar
 import regex
 
 from .dictionary import Dictionary
+from .errors import TokenizerError
 
 __all__ = [
     "GPT2_SPLIT_PATTERN",
@@ -82,7 +83,7 @@ DEFAULT_CACHE_SIZE = 100_000
 """Words remembered by the fast encoders before their cache is cleared."""
 
 
-class GPT2BPEFormatError(ValueError):
+class GPT2BPEFormatError(TokenizerError):
     """An ``encoder.json`` / ``vocab.bpe`` pair that cannot encode every text; names the file."""
 
 

@@ -1,8 +1,10 @@
 """The one place where a tokenizer kind (a string) chooses an implementation.
 
-Four kinds exist: ``gpt2`` (byte-level BPE, RoBERTa), ``wordpiece`` (BERT, ELECTRA, SpanBERT;
-fairseq's name for it is ``bert``), ``sentencepiece`` (ALBERT's ``spiece.model``) and
-``xlmr_sentencepiece`` (XLM-R's ``sentencepiece.bpe.model``, fairseq's ``--bpe sentencepiece``).
+Five kinds exist: ``gpt2`` (byte-level BPE, RoBERTa), ``wordpiece`` (BERT, ELECTRA, SpanBERT;
+fairseq's name for it is ``bert``), ``sentencepiece`` (ALBERT's ``spiece.model``),
+``xlmr_sentencepiece`` (XLM-R's ``sentencepiece.bpe.model``, fairseq's ``--bpe sentencepiece``)
+and ``hf_tokenizer`` (a ``tokenizer.json`` read by the ``tokenizers`` library: ModernBERT's, and
+any transformers folder whose tokenizer is that file — :func:`kind_for_transformers`).
 Each :class:`TokenizerKind` knows how to build its tokenizer for a fairseq checkpoint (over
 ``dict.txt``), how to read a transformers directory's tokenizer files, how to write them, which
 files announce it in a model folder, and where each token of a text came from (word alignment).
@@ -15,6 +17,8 @@ Loading code asks :func:`choose_kind` or :func:`get_kind` and never tests a kind
 Traceback (most recent call last):
 ...
 ValueError: bpe='char' is not supported; choose one of ('gpt2', 'bert', 'wordpiece', 'sentencepiece', ...)
+>>> kind_for_transformers(Path("ModernBERT-base"), {"tokenizer_class": "PreTrainedTokenizerFast"}, "hf_tokenizer").name
+'hf_tokenizer'
 """
 
 from __future__ import annotations
@@ -28,10 +32,16 @@ from typing import Any, Protocol
 
 from .dictionary import Dictionary
 from .gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer, bytes_to_unicode, read_encoder_json, read_vocab_bpe
+from .hf_tokenizer import HFTokenizer, special_token_names
 from .pieces import PieceTokenizer, char_spans
 
-Tokenizer = FairseqGPT2Tokenizer | PieceTokenizer
-"""What a hub holds: text <-> model indices (``encode``, ``decode``, ``dictionary``)."""
+Tokenizer = FairseqGPT2Tokenizer | PieceTokenizer | HFTokenizer
+"""What a hub holds: text <-> model indices (``encode``, ``decode``, ``encode_word``,
+``token_text``, ``dictionary``)."""
+
+GENERIC_TRANSFORMERS_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
+"""transformers' tokenizer classes that are their ``tokenizer.json`` and nothing else (4.x's
+name and 5's): a folder naming one is read by the ``tokenizers`` library, whatever its family."""
 
 GPT2_IDS = frozenset(range(50257))
 """The ids of GPT-2's BPE: fairseq's ``gpt2_bpe/dict.txt`` lists every one (and three
@@ -74,9 +84,18 @@ class TokenizerKind(Protocol):
         ...
 
     def from_transformers(
-        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+        self,
+        directory: Path,
+        tokenizer_config: Mapping[str, Any],
+        fast: Mapping[str, Any],
+        vocab_size: int,
+        *,
+        double_separator: bool = False,
     ) -> Tokenizer:
-        """The tokenizer of a transformers directory, with its ids (``fast``: tokenizer.json's model)."""
+        """The tokenizer of a transformers directory, with its ids (``fast``: tokenizer.json's
+        model). ``double_separator``: the family joins a pair as ``<s> a </s> </s> b </s>``; a
+        kind whose files say how pairs are joined (a ``tokenizer.json``'s template) refuses files
+        that join them otherwise."""
         ...
 
     def save_transformers(
@@ -149,7 +168,13 @@ class GPT2Kind:
             raise FileNotFoundError(f"no GPT-2 BPE files: {err}; {how}") from None
 
     def from_transformers(
-        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+        self,
+        directory: Path,
+        tokenizer_config: Mapping[str, Any],
+        fast: Mapping[str, Any],
+        vocab_size: int,
+        *,
+        double_separator: bool = False,
     ) -> Tokenizer:
         if (directory / "vocab.json").is_file():
             vocab = read_encoder_json(directory / "vocab.json")
@@ -225,7 +250,13 @@ class WordPieceKind:
         )
 
     def from_transformers(
-        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+        self,
+        directory: Path,
+        tokenizer_config: Mapping[str, Any],
+        fast: Mapping[str, Any],
+        vocab_size: int,
+        *,
+        double_separator: bool = False,
     ) -> Tokenizer:
         from .wordpiece import WordPieceTokenizer, read_vocab
 
@@ -292,7 +323,13 @@ class SentencePieceKind:
         )
 
     def from_transformers(
-        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+        self,
+        directory: Path,
+        tokenizer_config: Mapping[str, Any],
+        fast: Mapping[str, Any],
+        vocab_size: int,
+        *,
+        double_separator: bool = False,
     ) -> Tokenizer:
         from .sentencepiece_tokenizer import SentencePieceTokenizer
 
@@ -345,7 +382,13 @@ class XLMRSentencePieceKind:
         return PieceTokenizer(XLMRSentencePiece.from_file(spm), dictionary, "sentencepiece")
 
     def from_transformers(
-        self, directory: Path, tokenizer_config: Mapping[str, Any], fast: Mapping[str, Any], vocab_size: int
+        self,
+        directory: Path,
+        tokenizer_config: Mapping[str, Any],
+        fast: Mapping[str, Any],
+        vocab_size: int,
+        *,
+        double_separator: bool = False,
     ) -> Tokenizer:
         from .sentencepiece_tokenizer import XLMRSentencePiece
 
@@ -379,11 +422,77 @@ class XLMRSentencePieceKind:
         return tokenizer.spans(text)
 
 
+class HFTokenizerKind:
+    """A ``tokenizer.json`` read by the ``tokenizers`` library (:mod:`.hf_tokenizer`): ModernBERT's
+    byte-level BPE, mmBERT's Gemma vocabulary, any folder whose tokenizer is that file. The
+    library is the reference implementation: nothing here approximates it."""
+
+    name = "hf_tokenizer"
+    files: tuple[str, ...] = ("tokenizer.json",)
+    bpe_names: tuple[str, ...] = ("hf_tokenizer",)
+    family: str | None = None
+
+    def given(self, files: TokenizerFiles) -> bool:
+        return False  # no from_pretrained argument names a tokenizer.json: the model folder holds it
+
+    def for_fairseq(self, model_dir: Path, dictionary: Dictionary, files: TokenizerFiles) -> Tokenizer:
+        path = model_dir / self.files[0]
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{str(model_dir)!r} has no tokenizer.json, which the hf_tokenizer tokenizer reads (its ids are "
+                "the symbols of dict.txt); put it in the model folder"
+            )
+        return HFTokenizer.over_dictionary(path, dictionary)
+
+    def from_transformers(
+        self,
+        directory: Path,
+        tokenizer_config: Mapping[str, Any],
+        fast: Mapping[str, Any],
+        vocab_size: int,
+        *,
+        double_separator: bool = False,
+    ) -> Tokenizer:
+        if not (directory / self.files[0]).is_file():
+            raise FileNotFoundError(f"{str(directory)!r} has no tokenizer.json (the tokenizers library's file)")
+        return HFTokenizer.from_file(
+            directory / self.files[0],
+            rows=vocab_size,
+            names=special_token_names(directory, tokenizer_config),
+            double_separator=double_separator,
+        )
+
+    def save_transformers(
+        self, tokenizer: Tokenizer, directory: Path, config: dict[str, Any], *, mask_token: str
+    ) -> None:
+        assert isinstance(tokenizer, HFTokenizer)
+        if not tokenizer.is_identity:
+            raise ValueError(
+                "this model's indices are dict.txt's, not its tokenizer.json's ids: transformers would read other "
+                "ids from the tokenizer.json"
+            )
+        (directory / self.files[0]).write_text(tokenizer.to_json(), encoding="utf-8")
+        dictionary = tokenizer.dictionary
+        config.update(
+            tokenizer_class="PreTrainedTokenizerFast",
+            cls_token=dictionary.bos_word,
+            sep_token=dictionary.eos_word,
+            pad_token=dictionary.pad_word,
+            unk_token=dictionary.unk_word,
+            mask_token=mask_token,
+        )
+
+    def spans(self, tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
+        assert isinstance(tokenizer, HFTokenizer)
+        return tokenizer.spans(text)
+
+
 KINDS: dict[str, TokenizerKind] = {
-    kind.name: kind for kind in (GPT2Kind(), WordPieceKind(), SentencePieceKind(), XLMRSentencePieceKind())
+    kind.name: kind
+    for kind in (GPT2Kind(), WordPieceKind(), SentencePieceKind(), XLMRSentencePieceKind(), HFTokenizerKind())
 }
 ALIASES = {"bert": "wordpiece"}  # fairseq's --bpe name for WordPiece
-BPE_CHOICES = ("gpt2", "bert", "wordpiece", "sentencepiece", "xlmr_sentencepiece")
+BPE_CHOICES = ("gpt2", "bert", "wordpiece", "sentencepiece", "xlmr_sentencepiece", "hf_tokenizer")
 """The ``bpe=`` values ``from_pretrained`` accepts (fairseq's names, and ours)."""
 
 
@@ -438,13 +547,15 @@ def kind_of(tokenizer: Tokenizer) -> TokenizerKind:
     """The kind of a tokenizer a hub holds."""
     if isinstance(tokenizer, FairseqGPT2Tokenizer):
         return KINDS["gpt2"]
+    if isinstance(tokenizer, HFTokenizer):
+        return KINDS["hf_tokenizer"]
     return KINDS[getattr(tokenizer.pieces, "kind", tokenizer.kind)]
 
 
 def kind_for_folder(model_dir: Path, files: TokenizerFiles, default: str) -> TokenizerKind:
     """The kind the user's arguments name, else the one whose files the folder holds (GPT-2
-    BPE, then ``vocab.txt``, then ``spiece.model``, then ``sentencepiece.bpe.model``), else
-    ``default`` (the family's usual one)."""
+    BPE, then ``vocab.txt``, then ``spiece.model``, then ``sentencepiece.bpe.model``, then
+    ``tokenizer.json``), else ``default`` (the family's usual one)."""
     for kind in KINDS.values():
         if kind.given(files):
             return kind
@@ -452,6 +563,27 @@ def kind_for_folder(model_dir: Path, files: TokenizerFiles, default: str) -> Tok
         if in_folder(kind, model_dir):
             return kind
     return get_kind(default)
+
+
+def kind_for_transformers(directory: Path, tokenizer_config: Mapping[str, Any], default: str) -> TokenizerKind:
+    """The kind that reads a transformers folder's tokenizer as transformers' ``AutoTokenizer``
+    does. ``default`` is the family's kind; transformers' class for the family reads that
+    kind's own files (``vocab.json`` + ``merges.txt``, ``vocab.txt``, ``spiece.model``, ...),
+    and so do we. The ``tokenizers`` library reads the folder's ``tokenizer.json`` instead when
+    that file *is* the tokenizer: when the family's kind is that (ModernBERT: transformers
+    always reads its ``tokenizer.json`` alone), or when ``tokenizer_config.json`` names
+    transformers' generic class (:data:`GENERIC_TRANSFORMERS_CLASSES`), whose normalizer, added
+    tokens and template may be anything: approximating them with our own tokenizers would give
+    other ids without a word of warning.
+
+    >>> kind_for_transformers(Path("roberta-base"), {"tokenizer_class": "RobertaTokenizer"}, "gpt2").name
+    'gpt2'
+    """
+    kind = get_kind(default)
+    generic = tokenizer_config.get("tokenizer_class") in GENERIC_TRANSFORMERS_CLASSES
+    if generic and (directory / "tokenizer.json").is_file():
+        return KINDS["hf_tokenizer"]
+    return kind
 
 
 def write_transformers_tokenizer(tokenizer: Tokenizer, directory: Path, *, max_positions: int, mask_token: str) -> None:
@@ -514,6 +646,7 @@ def _local_or_download(path_or_url: str | os.PathLike[str], cache_dir: Any, offl
 
 __all__ = [
     "BPE_CHOICES",
+    "GENERIC_TRANSFORMERS_CLASSES",
     "KINDS",
     "TokenizerFiles",
     "TokenizerKind",
@@ -521,6 +654,7 @@ __all__ = [
     "get_kind",
     "in_folder",
     "kind_for_folder",
+    "kind_for_transformers",
     "kind_of",
     "kinds_named",
     "write_transformers_tokenizer",

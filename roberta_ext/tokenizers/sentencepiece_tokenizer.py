@@ -46,6 +46,7 @@ from typing import Any
 import sentencepiece
 
 from .._io import write_bytes_atomic
+from .errors import TokenizerError
 from .normalization import SpecialTokenSplitter, check_unicode, lowercase_per_character
 from .pieces import char_spans_of_bytes
 
@@ -71,7 +72,7 @@ ALBERT_USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "–", "£", "€")
 """Always kept as pieces of their own, as in ALBERT's ``spm_train`` command (its README)."""
 
 
-class SentencePieceFormatError(ValueError):
+class SentencePieceFormatError(TokenizerError):
     """A ``spiece.model`` that cannot be used (unreadable, or missing a special token); the message names it."""
 
 

@@ -55,6 +55,7 @@ from tqdm import tqdm
 
 from .._io import atomic_write
 from . import _bert_unicode
+from .errors import TokenizerError
 from .gpt2_bpe import DEFAULT_CACHE_SIZE, WordCache
 from .normalization import SpecialTokenSplitter, check_unicode
 
@@ -80,7 +81,7 @@ MAX_INPUT_CHARS_PER_WORD = 100
 """Words longer than this (in characters) become ``[UNK]`` without being looked at, as in BERT."""
 
 
-class WordPieceFormatError(ValueError):
+class WordPieceFormatError(TokenizerError):
     """A ``vocab.txt`` that cannot be used (empty, duplicate or missing tokens); the message names it."""
 
 

@@ -338,7 +338,8 @@ def test_check_choices_refuses_labels_on_some_examples_only(first, second):
 
 @pytest.mark.parametrize("choices", [1, 3])
 def test_check_choices_refuses_another_number_of_choices(choices):
-    with raises(f"f:2: {choices} choices, but f:1 has 2; every example needs the same number"):
+    noun = "choice" if choices == 1 else "choices"
+    with raises(f"f:2: {choices} {noun}, but f:1 has 2; every example needs the same number"):
         _check_choices([example("f:1"), example("f:2", 0, choices), example("f:3")], "f")
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from roberta_ext._io import AtomicFiles
-from roberta_ext.corpus.reading import CorpusError
 from roberta_ext.embedding.locking import OutputBusy, lock_path, output_lock, remove_stale_temporaries
+from roberta_ext.errors import RobertaExtError
 
 
 def me() -> dict[str, object]:
@@ -71,7 +71,7 @@ def test_a_second_lock_is_refused_naming_the_holder_and_the_output(tmp_path):
         with pytest.raises(OutputBusy) as caught:
             with output_lock(output):
                 pytest.fail("locked twice")
-        assert isinstance(caught.value, CorpusError)
+        assert isinstance(caught.value, RobertaExtError)  # the command line reports it in one line
         assert caught.value.holder == me()
         assert str(caught.value) == busy_message(f"process {os.getpid()} on host {socket.gethostname()}", output)
         assert json.loads(lock_path(output).read_text("utf-8")) == me()  # the refused one left it alone

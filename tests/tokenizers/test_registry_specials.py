@@ -149,6 +149,7 @@ def test_each_bpe_name_means_its_kind():
         "wordpiece": "wordpiece",
         "sentencepiece": "sentencepiece",
         "xlmr_sentencepiece": "xlmr_sentencepiece",
+        "hf_tokenizer": "hf_tokenizer",
     }
     assert {name: [kind.name for kind in kinds_named(name)] for name in BPE_CHOICES} == {
         "gpt2": ["gpt2"],
@@ -156,6 +157,7 @@ def test_each_bpe_name_means_its_kind():
         "wordpiece": ["wordpiece"],
         "sentencepiece": ["sentencepiece", "xlmr_sentencepiece"],
         "xlmr_sentencepiece": ["xlmr_sentencepiece"],
+        "hf_tokenizer": ["hf_tokenizer"],
     }
     assert kinds_named("xlmr") == []
 
@@ -172,11 +174,13 @@ def test_each_kind_announces_its_files_names_and_family():
             ("sentencepiece", "xlmr_sentencepiece"),
             "xlmr",
         ),
+        "hf_tokenizer": ("hf_tokenizer", ("tokenizer.json",), ("hf_tokenizer",), None),
     }
 
 
 UNKNOWN_BPE = (
-    "bpe={!r} is not supported; choose one of ('gpt2', 'bert', 'wordpiece', 'sentencepiece', 'xlmr_sentencepiece')"
+    "bpe={!r} is not supported; choose one of ('gpt2', 'bert', 'wordpiece', 'sentencepiece', 'xlmr_sentencepiece', "
+    "'hf_tokenizer')"
 )
 
 
