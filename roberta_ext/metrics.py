@@ -74,7 +74,9 @@ def matthews_corrcoef(predictions: Numbers, targets: Numbers) -> float:
 
 def pearson(x: Numbers, y: Numbers) -> float:
     """Pearson's correlation, computed as scipy's ``pearsonr(x, y)[0]`` computes it (NaN for a
-    constant input or fewer than two values, where scipy warns or raises).
+    constant input or fewer than two values, where scipy warns or raises). Clipped to [-1, 1] as
+    scipy clips it; within, the last bit depends on how the machine's kernels round the dot
+    product (``pearson(x, x)`` may be 0.9999999999999997), so compare it with a tolerance.
 
     >>> round(pearson([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 5.0]), 6)
     0.831522
@@ -104,7 +106,7 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
 def spearman(x: Numbers, y: Numbers) -> float:
     """Spearman's rank correlation: Pearson's on average ranks, as scipy's ``spearmanr(x, y)[0]``.
 
-    >>> spearman([1.0, 2.0, 3.0, 4.0], [10.0, 30.0, 20.0, 50.0])
+    >>> round(spearman([1.0, 2.0, 3.0, 4.0], [10.0, 30.0, 20.0, 50.0]), 6)
     0.8
     """
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)

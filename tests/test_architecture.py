@@ -139,7 +139,6 @@ LONG_FUNCTIONS = {
     "roberta_ext/data/masking.py::BatchMasker._choose_spans": 97,
     "roberta_ext/corpus/multiple_choice.py::prepare_multiple_choice": 97,
     "roberta_ext/corpus/bpe.py::bpe_encode_files": 93,
-    "roberta_ext/checkpoints/transformers.py::load_transformers": 86,
 }
 """The functions longer than :data:`MAX_FUNCTION_LINES` when the rule came (issue 22), with
 their length then: an entry may only shrink, and goes when its function is 80 lines or fewer."""
