@@ -119,6 +119,17 @@ def _specials(dictionary: Dictionary, mask_token: str) -> dict[str, str]:
     }
 
 
+def _cls_sep_specials(dictionary: Dictionary, mask_token: str) -> dict[str, str]:
+    """The specials of a ``[CLS] a [SEP]`` tokenizer config (BERT's, ModernBERT's)."""
+    return {
+        "cls_token": dictionary.bos_word,
+        "sep_token": dictionary.eos_word,
+        "pad_token": dictionary.pad_word,
+        "unk_token": dictionary.unk_word,
+        "mask_token": mask_token,
+    }
+
+
 class GPT2Kind:
     """GPT-2 byte-level BPE: ``encoder.json`` + ``vocab.bpe`` (fairseq), ``vocab.json`` +
     ``merges.txt`` or a BPE ``tokenizer.json`` (transformers)."""
@@ -291,11 +302,7 @@ class WordPieceKind:
         config.update(
             tokenizer_class="BertTokenizer",
             do_lower_case=tokenizer.pieces.do_lower_case,
-            cls_token=dictionary.bos_word,
-            sep_token=dictionary.eos_word,
-            pad_token=dictionary.pad_word,
-            unk_token=dictionary.unk_word,
-            mask_token=mask_token,
+            **_cls_sep_specials(dictionary, mask_token),
         )
 
     def spans(self, tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
@@ -475,11 +482,7 @@ class HFTokenizerKind:
         dictionary = tokenizer.dictionary
         config.update(
             tokenizer_class="PreTrainedTokenizerFast",
-            cls_token=dictionary.bos_word,
-            sep_token=dictionary.eos_word,
-            pad_token=dictionary.pad_word,
-            unk_token=dictionary.unk_word,
-            mask_token=mask_token,
+            **_cls_sep_specials(dictionary, mask_token),
         )
 
     def spans(self, tokenizer: Tokenizer, text: str) -> list[tuple[int, int]]:
