@@ -18,6 +18,7 @@ for BERT and ALBERT). Label class ``k`` is the label on line ``k + 1`` of the la
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,19 @@ IGNORE_INDEX = -100
 """Target value of unlabelled positions (``<s>``, ``</s>``, continuations, padding): PyTorch's default."""
 
 
+def without_fillers(names: Sequence[str]) -> list[str]:
+    """``names`` without the ``madeupwordNNNN`` fillers ``fairseq-preprocess`` pads a dictionary
+    with, at its end (a label dictionary's classes are its symbols before them).
+
+    >>> without_fillers(["O", "B-PER", "madeupword0000", "madeupword0001"])
+    ['O', 'B-PER']
+    """
+    count = len(names)
+    while count and names[count - 1].startswith("madeupword"):
+        count -= 1
+    return list(names[:count])
+
+
 def num_label_classes(labels: Any) -> int:
     """How many labels the dictionary ``labels`` holds: its symbols after the specials, without
     the ``madeupwordNNNN`` fillers ``fairseq-preprocess`` appends (those must all come last).
@@ -44,11 +58,9 @@ def num_label_classes(labels: Any) -> int:
     >>> num_label_classes(d)
     2
     """
-    names = labels.symbols[labels.nspecial :]
-    count = len(names)
-    while count and names[count - 1].startswith("madeupword"):
-        count -= 1
-    misplaced = [name for name in names[:count] if name.startswith("madeupword")]
+    kept = without_fillers(labels.symbols[labels.nspecial :])
+    count = len(kept)
+    misplaced = [name for name in kept if name.startswith("madeupword")]
     if misplaced:
         raise ValueError(f"label dictionary has filler symbols among its labels: {misplaced[:3]}")
     if count == 0:

@@ -48,6 +48,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..data.tagging import without_fillers
 from ..embedding.embedder import Embedder
 from ..errors import RobertaExtError
 from ..head_outputs import classify_rows, fill_mask
@@ -485,14 +486,9 @@ class Server:
     def label_names(self) -> list[str] | None:
         """The model's labels (``label/dict.txt``'s) without the ``madeupwordNNNN`` fillers
         ``fairseq-preprocess`` pads that dictionary with, at its end (as
-        :func:`~roberta_ext.data.tagging.num_label_classes` counts them): class k is still
-        ``labels[k]``, as the library's ``predict`` names it."""
-        if self.labels is None:
-            return None
-        names = list(self.labels)
-        while names and names[-1].startswith("madeupword"):
-            names.pop()
-        return names
+        :func:`~roberta_ext.data.tagging.without_fillers`): class k is still ``labels[k]``, as
+        the library's ``predict`` names it."""
+        return None if self.labels is None else without_fillers(self.labels)
 
     def class_names(self, outputs: int) -> list[str]:
         """Label names of a head's classes: ``label/dict.txt``'s, else ``LABEL_k`` as transformers names them."""
