@@ -125,14 +125,17 @@ def test_a_request_answered_504_frees_its_slot_at_once(hub):
     """A request past its timeout leaves the queue with its answer: the slot it held is free
     for the next request while the model is still busy (it used to be held until the worker
     reached the abandoned job, and the next request got 429)."""
-    with serving(hub, max_concurrent_requests=2, timeout_s=0.3) as (url, server):
+    # 1 s, not less: the timeout also bounds the body read (408) on a loaded machine.
+    with serving(hub, max_concurrent_requests=2, timeout_s=1.0) as (url, server):
         gate = Gate(server)  # one slot; the model busy
-        first = httpx.post(f"{url}/embed", json={"inputs": "a"}, timeout=30)
-        assert first.status_code == 504, first.text
-        assert server.worker.queue_depth == 0
-        second = httpx.post(f"{url}/embed", json={"inputs": "b"}, timeout=30)
-        assert second.status_code == 504, second.text  # admitted and queued, not refused
-        gate.open()
+        try:
+            first = httpx.post(f"{url}/embed", json={"inputs": "a"}, timeout=30)
+            assert first.status_code == 504, first.text
+            assert server.worker.queue_depth == 0
+            second = httpx.post(f"{url}/embed", json={"inputs": "b"}, timeout=30)
+            assert second.status_code == 504, second.text  # admitted and queued, not refused
+        finally:
+            gate.open()  # whatever happened: a closed gate would hold the server's shutdown
         assert httpx.post(f"{url}/embed", json={"inputs": "c"}, timeout=30).status_code == 200
 
 
