@@ -1038,7 +1038,7 @@ def compiled_on(
     """``compile_model`` (its default mode: CUDA graphs on a GPU, inductor's default on the CPU)
     against the eager path and transformers: the first call (compiling the bucket, timed), the
     agreement, then the three in turns."""
-    from roberta_ext.compiled import compile_model, uncompile_model
+    from roberta_ext.inference.compiled import compile_model, uncompile_model
 
     real = tokens.ne(PAD)
     eager = features_call(model, tokens)

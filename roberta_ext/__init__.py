@@ -14,6 +14,7 @@ importing ``roberta_ext`` in a process without fairseq does not import fairseq.
 
 import sys
 
+from . import _moved
 from .checkpoints import CheckpointError
 from .errors import RobertaExtError
 from .hub import RobertaHubInterface
@@ -21,6 +22,8 @@ from .loading import from_pretrained, from_transformers
 from .modeling import EncoderConfig, EncoderModel, EncoderOutput, RobertaModel
 
 __version__ = "0.1.0"
+
+_moved.install()  # roberta_ext.inputs, roberta_ext.qa, ... still import (roberta_ext/_moved.py)
 
 # fairseq imports a --user-dir as a package, after fairseq itself: register then. A process that
 # has not loaded fairseq (the hub) never imports it from here; nor does one that made fairseq

@@ -24,11 +24,11 @@ from typing import Any, Literal, overload
 import torch
 from torch import nn
 
-from .alignment import WordFeatures
 from .checkpoints.transformers import SEQUENCE_HEAD, TOKEN_HEAD, save_transformers
 from .embedding.pooling import SentenceEmbedding
-from .head_outputs import ChoiceLayout, classify, fill_mask, replaced_token_probs, score_choices, tag
-from .inputs import ModelInputs, extract_features, extract_features_long
+from .inference.alignment import WordFeatures
+from .inference.head_outputs import ChoiceLayout, classify, fill_mask, replaced_token_probs, score_choices, tag
+from .inference.inputs import ModelInputs, extract_features, extract_features_long
 from .modeling import RobertaModel
 from .tokenizers.dictionary import Dictionary
 from .tokenizers.registry import Tokenizer, write_transformers_tokenizer
@@ -272,19 +272,19 @@ class RobertaHubInterface(nn.Module):
 
     def extract_features_aligned_to_words(self, sentence: str, return_all_hiddens: bool = False) -> WordFeatures:
         """Features of the words of ``sentence`` instead of its sub-word tokens (fairseq's method,
-        without spaCy): a :class:`~roberta_ext.alignment.WordFeatures` whose ``words`` are
+        without spaCy): a :class:`~roberta_ext.inference.alignment.WordFeatures` whose ``words`` are
         ``<s>``, the words, ``</s>`` and whose ``features`` ``(W + 2, C)`` (a list of them, one per
         layer, with ``return_all_hiddens``) hold in row ``i`` the sum of ``words[i]``'s token
         features, a token shared by ``k`` words counting ``1/k`` in each — fairseq's rows, where
         fairseq's alignment works. Words are split at whitespace and around every punctuation
         mark, symbol and emoji; any text aligns, curly quotes, emoji, combining marks and
-        unknown tokens included (see :mod:`roberta_ext.alignment`).
+        unknown tokens included (see :mod:`roberta_ext.inference.alignment`).
 
         >>> aligned = roberta.extract_features_aligned_to_words("“Hello” world!")      # doctest: +SKIP
         >>> aligned.words, aligned.features.shape                                       # doctest: +SKIP
         (['<s>', '“', 'Hello', '”', 'world', '!', '</s>'], torch.Size([7, 1024]))
         """
-        from .alignment import extract_features_aligned_to_words
+        from .inference.alignment import extract_features_aligned_to_words
 
         return extract_features_aligned_to_words(
             self.model, self.inputs, sentence, return_all_hiddens=return_all_hiddens
@@ -337,7 +337,7 @@ class RobertaHubInterface(nn.Module):
         """The logits ``(N,)`` of the one-output head ``head`` for each of the N ``choices``, each
         encoded as the multiple-choice fine-tuning task built it (``layout``:
         ``"multiple_choice"``, fairseq's ``sentence_ranking`` for RACE and SWAG, or
-        ``"commonsense_qa"``), in one batched pass; see :func:`roberta_ext.head_outputs.score_choices`.
+        ``"commonsense_qa"``), in one batched pass; see :func:`roberta_ext.inference.head_outputs.score_choices`.
 
         >>> roberta.score_choices("The sun is hot.", ["Is it hot? yes", "Is it hot? no"])  # doctest: +SKIP
         tensor([ 2.1034, -1.8870])
@@ -359,14 +359,14 @@ class RobertaHubInterface(nn.Module):
     # ------------------------------------------------------------------- question answering
     def answer(self, question: str, context: str, **kwargs: Any) -> Any:
         """The answer to ``question`` in ``context`` from the start/end token head ``qa``:
-        an :class:`~roberta_ext.qa.Answer` with the text, its character offsets in
+        an :class:`~roberta_ext.inference.qa.Answer` with the text, its character offsets in
         ``context`` and a score; falsy (empty text) when the no-answer score wins. Long
-        contexts are read in windows. Keywords: see :func:`roberta_ext.qa.answer`.
+        contexts are read in windows. Keywords: see :func:`roberta_ext.inference.qa.answer`.
 
         >>> roberta.answer("What is the capital of Zorbia?", "The capital of Zorbia is Quelm.")  # doctest: +SKIP
         Answer(text='Quelm.', start=25, end=31, score=9.1, null_score=-3.2)
         """
-        from .qa import answer
+        from .inference.qa import answer
 
         return answer(self, question, context, **kwargs)
 

@@ -18,14 +18,15 @@ from typing import Any
 
 import torch
 
-from .checkpoints import CheckpointError, load_roberta_checkpoint, store
+from . import download
+from .checkpoints import CheckpointError, load_roberta_checkpoint
 from .checkpoints.fairseq import LoadedCheckpoint
 from .checkpoints.transformers import is_transformers_dir, load_transformers
 from .embedding.pooling import SentenceEmbedding
 from .embedding.st_folder import is_sentence_transformers_dir, read_sentence_transformers
 from .families import get_family
 from .hub import MASK, RobertaHubInterface
-from .inputs import ModelInputs
+from .inference.inputs import ModelInputs
 from .tokenizers.dictionary import Dictionary
 from .tokenizers.registry import (
     BPE_CHOICES,
@@ -88,7 +89,7 @@ def from_pretrained(
     folder (``modules.json``) by :func:`from_sentence_transformers`.
 
     ``compile=True`` serves inference through ``torch.compile`` over bucketed shapes
-    (:func:`roberta_ext.compiled.compile_model`: CUDA graphs on a GPU, for small batches bound by
+    (:func:`roberta_ext.inference.compiled.compile_model`: CUDA graphs on a GPU, for small batches bound by
     kernel launches); each bucket compiles on its first use.
 
     >>> import roberta_ext
@@ -100,7 +101,7 @@ def from_pretrained(
         raise ValueError(f"bpe={bpe!r} is not supported; choose one of {BPE_CHOICES}")
     if overrides:
         warnings.warn(f"from_pretrained ignores fairseq overrides it has no use for: {sorted(overrides)}", stacklevel=2)
-    model_dir = Path(store.resolve_model(model_name_or_path, cache_dir=cache_dir, offline=offline))
+    model_dir = Path(download.resolve_model(model_name_or_path, cache_dir=cache_dir, offline=offline))
     if not (model_dir / checkpoint_file).is_file() and is_sentence_transformers_dir(model_dir):
         return _place(from_sentence_transformers(model_dir), device, dtype, compile=compile)
     if not (model_dir / checkpoint_file).is_file() and is_transformers_dir(model_dir):
@@ -108,7 +109,7 @@ def from_pretrained(
     data_dir = (
         model_dir / data_name_or_path
         if str(data_name_or_path).startswith(".")
-        else Path(store.resolve_model(data_name_or_path, cache_dir=cache_dir, offline=offline))
+        else Path(download.resolve_model(data_name_or_path, cache_dir=cache_dir, offline=offline))
     )
     checkpoint = _checkpoint_path(model_dir, checkpoint_file)
     loaded = load_roberta_checkpoint(checkpoint)
@@ -242,7 +243,7 @@ def _trained_files(loaded: LoadedCheckpoint, files: TokenizerFiles) -> tuple[str
     name = loaded.bpe.get("_name")
     if name not in BPE_CHOICES:
         return None, files
-    defaults = {store.GPT2_BPE.encoder_json, store.GPT2_BPE.vocab_bpe}
+    defaults = {download.GPT2_BPE.encoder_json, download.GPT2_BPE.vocab_bpe}
     found: dict[str, Any] = {}
     missing = []
     for option in ("gpt2_encoder_json", "gpt2_vocab_bpe", "bpe_vocab_file", "sentencepiece_model"):
@@ -299,7 +300,7 @@ def _place(
     """Move ``hub`` to ``device`` and ``dtype`` (a torch dtype, its name, or :data:`INT8`), and
     compile it for inference when ``compile``."""
     if compile:
-        from .compiled import compile_model
+        from .inference.compiled import compile_model
 
         if dtype == INT8:
             raise ValueError("compile=True and dtype='int8' do not combine: load with one or the other")

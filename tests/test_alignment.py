@@ -29,15 +29,15 @@ import torch
 from hypothesis import given, settings
 
 import roberta_ext
-from roberta_ext.alignment import (
+from roberta_ext.families import preset
+from roberta_ext.hub import RobertaHubInterface
+from roberta_ext.inference.alignment import (
     WordFeatures,
     align_features_to_words,
     align_tokens_to_words,
     extract_features_aligned_to_words,
     split_words,
 )
-from roberta_ext.families import preset
-from roberta_ext.hub import RobertaHubInterface
 from roberta_ext.modeling import RobertaModel
 from roberta_ext.tokenizers.pieces import PieceTokenizer, match_spans
 from roberta_ext.tokenizers.registry import kind_of
@@ -341,7 +341,7 @@ def test_a_tokenizer_giving_the_wrong_number_of_spans_is_named(hubs, monkeypatch
         def spans(self, tokenizer, text):
             return real.spans(tokenizer, text)[:-1]
 
-    monkeypatch.setattr("roberta_ext.alignment.kind_of", lambda tokenizer: Broken())
+    monkeypatch.setattr("roberta_ext.inference.alignment.kind_of", lambda tokenizer: Broken())
     tokens = len(hub.encode("Hi there")) - 2
     message = rf"^the tokenizer gave {tokens - 1} token spans for {tokens} tokens of 'Hi there'$"
     with pytest.raises(RuntimeError, match=message):

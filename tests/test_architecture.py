@@ -227,7 +227,7 @@ def test_public_functions_take_the_model_type_not_any():
 NOT_PROJECT_ERRORS = {
     # Control-flow signals, each caught where it is raised and never reported as it is: deriving
     # from RobertaExtError would let a door's `except` answer for a signal meant for its catcher.
-    "roberta_ext.checkpoints.store._TransientError": "a failed download attempt, retried; then a DownloadError",
+    "roberta_ext.download._TransientError": "a failed download attempt, retried; then a DownloadError",
     "roberta_ext.corpus.reading.UndecodableLine": "a line that is not UTF-8, in a worker; then a CorpusError naming it",
     "roberta_ext.tokenizers.wordpiece._LoneSurrogate": "raised inside str.translate; its catcher names the text",
 }

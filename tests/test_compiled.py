@@ -1,4 +1,4 @@
-"""The compiled inference path (roberta_ext/compiled.py): inputs padded up to buckets, outputs
+"""The compiled inference path (roberta_ext/inference/compiled.py): inputs padded up to buckets, outputs
 sliced back, equal to the eager path; at most one compilation per bucket. Compiled here with
 torch.compile's ``eager`` backend behind a counting wrapper (dynamo traces and guards exactly as
 with inductor, without building kernels, which would take minutes on this CPU)."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import roberta_ext
-from roberta_ext.compiled import BucketedForward, bucket, compile_model, uncompile_model
 from roberta_ext.families import preset
+from roberta_ext.inference.compiled import BucketedForward, bucket, compile_model, uncompile_model
 from roberta_ext.modeling import RobertaModel
 from tests.test_hub import make_model_dir
 
@@ -187,7 +187,7 @@ def test_uncompile_and_bad_arguments():
 
 
 def test_inductor_without_a_cpp_compiler_says_so(monkeypatch):
-    import roberta_ext.compiled as compiled_module
+    import roberta_ext.inference.compiled as compiled_module
 
     monkeypatch.setattr(compiled_module, "has_cpp_compiler", lambda: False)
     model = tiny()

@@ -19,15 +19,15 @@ from starlette.requests import Request
 
 import roberta_ext
 from roberta_ext.checkpoints import CheckpointError
-from roberta_ext.checkpoints.store import ArchiveError, DownloadError, StoreError
 from roberta_ext.cli.running import EXIT_STATUS, CommandError, exit_status, run_command
 from roberta_ext.corpus.reading import CorpusError
 from roberta_ext.corpus.rows import BadRow
+from roberta_ext.download import ArchiveError, DownloadError, StoreError
 from roberta_ext.embedding.locking import OutputBusy
 from roberta_ext.embedding.stream import EmbedError
 from roberta_ext.errors import RobertaExtError, lookup
 from roberta_ext.export import ExportCheckError, ExportError
-from roberta_ext.head_outputs import HeadError
+from roberta_ext.inference.head_outputs import HeadError
 from roberta_ext.serve.app import Server
 from roberta_ext.serve.errors import ERROR_STATUS, answer_for
 from roberta_ext.serve.metrics import ServerMetrics

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import roberta_ext
-from roberta_ext.checkpoints import CheckpointError, save_roberta_checkpoint, store
+from roberta_ext import download
+from roberta_ext.checkpoints import CheckpointError, save_roberta_checkpoint
 from roberta_ext.families import preset
 from roberta_ext.modeling import RobertaModel
 from roberta_ext.tokenizers import Dictionary
@@ -232,8 +233,8 @@ def _trained_with_fairseqs_defaults(checkpoint: Path) -> None:
     state = torch.load(checkpoint, weights_only=True)
     state["cfg"]["bpe"] = {
         "_name": "gpt2",
-        "gpt2_encoder_json": store.GPT2_BPE.encoder_json,
-        "gpt2_vocab_bpe": store.GPT2_BPE.vocab_bpe,
+        "gpt2_encoder_json": download.GPT2_BPE.encoder_json,
+        "gpt2_vocab_bpe": download.GPT2_BPE.vocab_bpe,
     }
     torch.save(state, checkpoint)
 
@@ -243,7 +244,7 @@ def no_downloads(monkeypatch):
     def refuse(url, *args, **kwargs):
         raise AssertionError(f"tried to download {url}")
 
-    monkeypatch.setattr(store, "download", refuse)
+    monkeypatch.setattr(download, "download", refuse)
 
 
 def test_own_bpe_in_the_data_folder_wins_over_fairseqs_default_urls(tmp_path, bpe_files, model_dir, no_downloads):

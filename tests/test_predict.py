@@ -25,6 +25,7 @@ from roberta_ext.cli.predict import main as predict_main
 from roberta_ext.corpus.glue import TASKS
 from roberta_ext.corpus.rows import Row
 from roberta_ext.families import preset
+from roberta_ext.inference.predict import predict_rows
 from roberta_ext.metrics import (
     METRICS,
     accuracy,
@@ -35,7 +36,6 @@ from roberta_ext.metrics import (
     spearman,
 )
 from roberta_ext.modeling import RobertaModel
-from roberta_ext.predict import predict_rows
 from roberta_ext.tokenizers import Dictionary
 from tests.conftest import run_without_fairseq
 from tests.peers import require

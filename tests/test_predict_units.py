@@ -20,11 +20,18 @@ import roberta_ext
 from roberta_ext.corpus.reading import CorpusError
 from roberta_ext.corpus.rows import Row
 from roberta_ext.families import preset
-from roberta_ext.head_outputs import HeadError
-from roberta_ext.inputs import ModelInputs, pair_layout
+from roberta_ext.inference.head_outputs import HeadError
+from roberta_ext.inference.inputs import ModelInputs, pair_layout
+from roberta_ext.inference.predict import (
+    OUTPUT_FORMATS,
+    PredictStats,
+    _class_names,
+    choose_head,
+    predict_file,
+    predict_rows,
+)
 from roberta_ext.metrics import METRICS
 from roberta_ext.modeling import EncoderOutput
-from roberta_ext.predict import OUTPUT_FORMATS, PredictStats, _class_names, choose_head, predict_file, predict_rows
 from roberta_ext.tokenizers import GPT2BPE, Dictionary, FairseqGPT2Tokenizer
 from tests.peers import require
 from tests.test_predict import make_classifier

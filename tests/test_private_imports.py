@@ -8,7 +8,7 @@ silently, so this test reads every ``.py`` of ``roberta_ext/`` (and ``hubconf.py
 * ``from roberta_ext.x import _name`` (relative forms included, imports inside functions too);
 * ``module._name`` where ``module`` is a name bound to a module of the package by an import
   (``from . import wordpiece`` then ``wordpiece._check_text``; ``import roberta_ext.x as x``);
-* a private *module* (``_io``, ``tokenizers/_bert_unicode``) used from outside the package that
+* a private *module* (``tokenizers/_bert_unicode``) used from outside the package that
   holds it: such a module is private to its package, not to itself.
 
 Dunder names (``__version__``, ``__all__``) are public. What needs a helper from another module

@@ -22,7 +22,7 @@ fairseq's ``roberta_prenorm``, XLM-R XL's and XXL's layer order; a ``cfg`` dict)
 
 Word alignment: fairseq's ``extract_features_aligned_to_words`` needs spaCy, which is not
 installed; its two functions, ``align_bpe_to_words`` and ``align_features_to_words``, are called
-directly with the words of :func:`roberta_ext.alignment.split_words` (the word list spaCy would
+directly with the words of :func:`roberta_ext.inference.alignment.split_words` (the word list spaCy would
 have given is the only input they take from it). Where they raise, or return another number of
 rows than the words with ``<s>`` and ``</s>`` (where fairseq's own method fails on its
 ``assert len(doc) == aligned_feats.size(0)``), the record is ``None``: fairseq's does not work there.
@@ -178,7 +178,7 @@ def build(name: str, spec: dict, out: Path, spm_model: Path, dictionaries: dict[
 
 
 def words_of(text: str) -> list[str]:
-    from roberta_ext.alignment import split_words
+    from roberta_ext.inference.alignment import split_words
 
     return [word for word, _, _ in split_words(text)]
 

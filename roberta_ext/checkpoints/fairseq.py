@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .._io import atomic_path
+from ..atomic import atomic_path
 from ..families import get_family, preset
 from ..modeling import ENCODER_PREFIX, EncoderConfig, RobertaModel
 from ..modeling.config import CHECKPOINT_OPTIONS, FAIRSEQ_NAMES

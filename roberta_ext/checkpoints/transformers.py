@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .._io import atomic_directory
+from ..atomic import atomic_directory
 from ..families import (
     SEQUENCE_HEAD,
     TOKEN_HEAD,

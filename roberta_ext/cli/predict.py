@@ -1,5 +1,5 @@
 """``roberta-ext predict``: a fine-tuned model's predictions for a file, with the task's metrics
-(:func:`roberta_ext.predict.predict_file` over the rows of :class:`~roberta_ext.corpus.rows.RowReader`).
+(:func:`roberta_ext.inference.predict.predict_file` over the rows of :class:`~roberta_ext.corpus.rows.RowReader`).
 
 GLUE's TSV files are read as fairseq's ``examples/roberta/preprocess_GLUE_tasks.sh`` reads them
 (:func:`roberta_ext.corpus.glue.glue_layout`: the columns per task and split, which files have a
@@ -18,13 +18,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._io import atomic_write
 from .._text import counted
+from ..atomic import atomic_write
 from ..corpus.glue import GLUE_REGRESSION_SCALE, TASKS, GlueTask, glue_layout, glue_split, resolve_tasks
 from ..corpus.reading import STDIO, CorpusError
 from ..corpus.rows import FORMATS, RowReader, input_format, parse_columns
+from ..inference.predict import PredictStats, predict_file
 from ..metrics import METRICS, format_metrics
-from ..predict import PredictStats, predict_file
 from .arguments import (
     add_batch_tokens_argument,
     add_force_argument,

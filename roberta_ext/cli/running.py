@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 
 from ..checkpoints import CheckpointError
-from ..checkpoints.store import StoreError
 from ..corpus.reading import CorpusError
+from ..download import StoreError
 from ..embedding.locking import OutputBusy
 from ..errors import RobertaExtError, lookup
 from ..export import ExportError
-from ..head_outputs import HeadError
+from ..inference.head_outputs import HeadError
 from ..tokenizers.errors import TokenizerError
 
 __all__ = ["EXIT_STATUS", "CommandError", "exit_status", "run_command", "say"]

@@ -14,7 +14,7 @@
   process pool).
 
 Every output appears under its real name only once the whole run succeeded
-(:mod:`roberta_ext._io`).
+(:mod:`roberta_ext.atomic`).
 """
 
 from .bpe import (

@@ -39,7 +39,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
-from .._io import AtomicFiles
+from ..atomic import AtomicFiles
 from ..tokenizers.bpe_trainer import count_words, train_bpe, write_bpe_files
 from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.gpt2_bpe import GPT2BPE

@@ -29,7 +29,7 @@ and line, and writes nothing for the task. Extra columns are ignored, as ``cut``
 
 Every file of every task asked for is read and checked before the slow work (BPE, binarizing)
 starts. Each ``<TASK>-bin`` is built beside its final name, and all are renamed into place,
-each whole, once every task is done (:func:`roberta_ext._io.atomic_directory`): after an
+each whole, once every task is done (:func:`roberta_ext.atomic.atomic_directory`): after an
 error, none is written. The BPE is OpenAI's GPT-2 BPE from the download cache
 (fetched on first use, as the script's ``wget`` does; ``ROBERTA_EXT_OFFLINE=1`` forbids that), or
 the three files of ``--bpe-dir``. fairseq must be installed: it does the binarizing, as in the
@@ -57,8 +57,8 @@ from typing import IO
 
 from tqdm import tqdm
 
-from .._io import atomic_directory
 from .._text import counted, undecodable
+from ..atomic import atomic_directory
 from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.gpt2_bpe import GPT2BPE
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
@@ -249,11 +249,11 @@ def resolve_bpe_files(bpe_dir: str | os.PathLike[str] | None = None) -> tuple[Pa
             )
         encoder_json, vocab_bpe, dict_txt = paths
         return encoder_json, vocab_bpe, dict_txt
-    from ..checkpoints import store  # requests and the cache only when they are needed
+    from .. import download  # requests and the cache only when they are needed
 
-    urls = store.GPT2_BPE
+    urls = download.GPT2_BPE
     encoder_json, vocab_bpe, dict_txt = (
-        store.resolve_file(url) for url in (urls.encoder_json, urls.vocab_bpe, urls.dictionary)
+        download.resolve_file(url) for url in (urls.encoder_json, urls.vocab_bpe, urls.dictionary)
     )
     return encoder_json, vocab_bpe, dict_txt
 

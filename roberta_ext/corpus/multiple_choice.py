@@ -28,7 +28,7 @@ with the pretrained model's ``dict.txt``::
 
 Every example must have the same number of choices; a bad line (JSON, a missing field, a label
 out of range, another number of choices) stops the run with its file and line. The output folder
-appears whole or not at all (:func:`roberta_ext._io.atomic_directory`).
+appears whole or not at all (:func:`roberta_ext.atomic.atomic_directory`).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
-from .._io import atomic_directory
 from .._text import counted
+from ..atomic import atomic_directory
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
 from .reading import CorpusError, InputFile
 from .tokenize import TokenWriter

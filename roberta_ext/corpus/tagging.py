@@ -10,7 +10,7 @@ binarize them. Each word is tokenized on its own, the way the hub's ``tag()`` do
 word after the first gets its leading space, a word with no token becomes ``<unk>``.
 
 The output folder is built beside its final name and renamed into place only when everything
-succeeded (:func:`roberta_ext._io.atomic_directory`); errors name the file and line.
+succeeded (:func:`roberta_ext.atomic.atomic_directory`); errors name the file and line.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import IO
 
 from tqdm import tqdm
 
-from .._io import atomic_directory
+from ..atomic import atomic_directory
 from ..data.tagging import IGNORE_LABEL
-from ..inputs import word_pieces
+from ..inference.inputs import word_pieces
 from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
 from .reading import CorpusError, InputFile
 from .tokenize import UNK, TokenWriter, join_tokens

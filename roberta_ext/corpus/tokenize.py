@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from .._io import AtomicFiles
+from ..atomic import AtomicFiles
 from .pool import OrderedRunner
 from .reading import Chunk, CorpusError, InputFile, UndecodableLine, decode_row, read_chunks, total_size
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.batching import length_batches
-from ..inputs import ModelInputs, TextInput, extract_features
+from ..inference.inputs import ModelInputs, TextInput, extract_features
 from ..modeling import EncoderModel
 from ..tokenizers.normalization import lowercase_per_character as lowercase
 from .pooling import SentenceEmbedding, check_modes, pool

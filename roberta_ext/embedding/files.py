@@ -6,7 +6,7 @@ written), then each block's bytes. ``.npy`` is numpy's format (``np.load(path)``
 ``np.load(path, mmap_mode="r")`` to read rows without loading them all); a ``.safetensors``
 file holds one float32 tensor named ``embeddings`` and the string ``metadata`` given
 (``safetensors.torch.load_file(path)["embeddings"]``). Files are written atomically
-(:func:`roberta_ext._io.atomic_path`): whole, or not at all.
+(:func:`roberta_ext.atomic.atomic_path`): whole, or not at all.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def write_embeddings(
     """
     kind = file_format(path)
     if file is None:
-        from .._io import atomic_write
+        from ..atomic import atomic_write
 
         with atomic_write(path, "wb") as out:
             write_embeddings(path, blocks, rows=rows, dimension=dimension, metadata=metadata, file=out)

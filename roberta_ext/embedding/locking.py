@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .._io import is_temporary_of
+from ..atomic import is_temporary_of
 from ..errors import RobertaExtError
 
 __all__ = ["OutputBusy", "Wait", "lock_path", "output_lock", "remove_stale_temporaries"]

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from .._io import AtomicFiles, atomic_write
+from ..atomic import AtomicFiles, atomic_write
 from ..corpus.reading import STDIO, CorpusError
 from ..corpus.rows import BadRow, Columns, Line, RowReader, has_header
 from .embedder import Embedder

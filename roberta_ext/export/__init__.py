@@ -50,11 +50,11 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from .._io import AtomicFiles
+from ..atomic import AtomicFiles
 from ..embedding.pooling import check_modes, pool
 from ..errors import RobertaExtError
-from ..head_outputs import classify
-from ..inputs import ServedModel, extract_features
+from ..inference.head_outputs import classify
+from ..inference.inputs import ServedModel, extract_features
 from ..modeling.model import eval_mode
 from .int8 import Int8Linear, PerTensorInt8Linear
 
@@ -375,7 +375,7 @@ def export_program(
 def _staged(path: Path) -> Iterator[tuple[Path, Callable[[], None]]]:
     """A staging folder beside ``path`` where the export writes ``path.name`` (and, for ONNX
     files over 2 GB, its external ``.data`` file); ``commit()`` moves every file written there
-    into ``path``'s folder, all together (:class:`~roberta_ext._io.AtomicFiles`)."""
+    into ``path``'s folder, all together (:class:`~roberta_ext.atomic.AtomicFiles`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:

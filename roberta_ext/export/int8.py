@@ -58,7 +58,7 @@ from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
 if TYPE_CHECKING:
-    from ..inputs import ModelInputs
+    from ..inference.inputs import ModelInputs
 
 __all__ = [
     "ACTIVATIONS",
@@ -357,7 +357,7 @@ def calibration_batches(inputs: ModelInputs, *, rows: int = 8, length: int = 128
     these rows lifted the 1-3-word lines' 1st-percentile cosine to fp32 from 0.9865 to 0.9962,
     mixed docstrings' from 0.9960 to 0.9984 (docs/export.md).
 
-    >>> from roberta_ext.inputs import ModelInputs
+    >>> from roberta_ext.inference.inputs import ModelInputs
     >>> calibration_batches(hub.inputs)[0].shape  # doctest: +SKIP
     torch.Size([8, 128])
     """

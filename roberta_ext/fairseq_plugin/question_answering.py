@@ -5,7 +5,7 @@ Data: a directory with ``dict.txt`` (the pretrained model's), the GPT-2 BPE file
 ``encoder.json`` and ``vocab.bpe``, and one SQuAD-like JSON file per split (``train.json``,
 ``valid.json``): a list of ``{"question", "context", "answers": [{"text", "answer_start"}]}``,
 empty ``answers`` for unanswerable questions. No binarization step: the task tokenizes the JSON
-when it loads a split (:mod:`roberta_ext.qa` does the work, the same code the hub's
+when it loads a split (:mod:`roberta_ext.inference.qa` does the work, the same code the hub's
 ``answer`` uses). The model gets a 2-label token head (``--qa-head-name``, default ``qa``);
 inputs follow the model's pair layout, as the hub's ``encode`` does, decided once the model is
 built: RoBERTa's doubled separator, BERT's single one with segment ids for the other families.
@@ -29,7 +29,7 @@ from fairseq.logging import metrics
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING
 
-from .. import qa
+from ..inference import qa
 from .datasets import SizedDataset
 
 logger = logging.getLogger(__name__)

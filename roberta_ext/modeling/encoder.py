@@ -367,7 +367,7 @@ class TransformerEncoder(nn.Module):
         # here too lets state dicts move between the two with strict loading on both sides.
         self.register_buffer("version", torch.Tensor([3]))
         self.inference_forward: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]] | None = None
-        """Set by :func:`roberta_ext.compiled.compile_model`: in eval mode, ``forward`` hands its
+        """Set by :func:`roberta_ext.inference.compiled.compile_model`: in eval mode, ``forward`` hands its
         arguments to it (the compiled, shape-bucketed :meth:`forward_masked`)."""
         self.attention: str | None = cfg.attention
         """How this encoder attends over a batch with padding (one of
@@ -421,7 +421,7 @@ class TransformerEncoder(nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """:meth:`forward` with every layer on the whole (B, T) batch and padded keys masked out,
         whatever the padding: no branch on the data and no host synchronisation, so that
-        ``torch.compile`` captures it in one graph per shape (:mod:`roberta_ext.compiled`). Equal
+        ``torch.compile`` captures it in one graph per shape (:mod:`roberta_ext.inference.compiled`). Equal
         to :meth:`forward` on real tokens. A row with no real token gets no defined output.
 
         >>> cfg = EncoderConfig(vocab_size=64, encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,

@@ -130,7 +130,7 @@ class EncoderModel(nn.Module):
     @property
     def transformer(self) -> TransformerEncoder:
         """The transformer core (embeddings and layers; fairseq's ``encoder.sentence_encoder``):
-        what compiling (:mod:`roberta_ext.compiled`), export and quantization work on."""
+        what compiling (:mod:`roberta_ext.inference.compiled`), export and quantization work on."""
         return self.encoder.sentence_encoder
 
     @property

@@ -14,7 +14,7 @@ check the body (within ``timeout_s``: 408 after), tokenize (so that an input too
 answered 413 before it is queued), and hand the rows to the
 :class:`~roberta_ext.serve.worker.BatchingWorker`, whose one thread runs the model. The app takes
 an already loaded model (anything with ``model``, ``inputs`` and ``sentence_embedding``, as
-:class:`~roberta_ext.inputs.ServedModel` says; a hub is one, and its ``labels`` and
+:class:`~roberta_ext.inference.inputs.ServedModel` says; a hub is one, and its ``labels`` and
 ``mask_token`` are used when present): loading is the command line's job.
 
 >>> app = create_app(hub, ServeOptions(max_batch_tokens=2048))     # doctest: +SKIP
@@ -51,8 +51,8 @@ from starlette.routing import Route
 from ..data.tagging import without_fillers
 from ..embedding.embedder import Embedder
 from ..errors import RobertaExtError
-from ..head_outputs import classify_rows, fill_mask
-from ..inputs import ServedModel
+from ..inference.head_outputs import classify_rows, fill_mask
+from ..inference.inputs import ServedModel
 from ..modeling import EncoderModel
 from ..tokenizers.registry import kind_of
 from .errors import answer_for

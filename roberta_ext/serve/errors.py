@@ -8,7 +8,7 @@ nearest listed ancestor: a request the model cannot serve is the client's to fix
 message as the library wrote it); a file of the served model is the server's (500, the
 message prefixed with the error's class, as for any other failure).
 
->>> from roberta_ext.head_outputs import HeadError
+>>> from roberta_ext.inference.head_outputs import HeadError
 >>> error = answer_for(HeadError("the model has no classification head 'x'; its heads: ['y']"))
 >>> error.status, error.kind, error.message
 (422, 'Validation', "the model has no classification head 'x'; its heads: ['y']")
@@ -17,10 +17,10 @@ message prefixed with the error's class, as for any other failure).
 from __future__ import annotations
 
 from ..checkpoints import CheckpointError
-from ..checkpoints.store import StoreError
 from ..corpus.reading import CorpusError
+from ..download import StoreError
 from ..errors import RobertaExtError, lookup
-from ..head_outputs import HeadError
+from ..inference.head_outputs import HeadError
 from ..tokenizers.errors import TokenizerError
 from .validation import RequestError
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import regex
 from tqdm import tqdm
 
-from .._io import write_text_atomic
+from ..atomic import write_text_atomic
 from .gpt2_bpe import GPT2_SPLIT_PATTERN, bytes_to_unicode
 
 END_OF_TEXT = "<|endoftext|>"

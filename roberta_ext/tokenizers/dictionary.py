@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from .._io import atomic_write
+from ..atomic import atomic_write
 from .errors import TokenizerError
 
 __all__ = ["Dictionary", "DictionaryFormatError"]

@@ -160,7 +160,7 @@ class GPT2Kind:
         downloaded — for GPT-2's own dictionary only. A checkpoint trained on a BPE of the user's
         own names these URLs too (fairseq-train's defaults), and GPT-2's BPE over that ``dict.txt``
         gives wrong ids without a word of warning: refused here, naming what to pass."""
-        from ..checkpoints import store
+        from .. import download
 
         how = (
             "pass gpt2_encoder_json= and gpt2_vocab_bpe= (--gpt2-encoder-json and --gpt2-vocab-bpe on the "
@@ -174,8 +174,8 @@ class GPT2Kind:
                 f"GPT-2's {len(GPT2_IDS)}: it comes from a BPE of your own, such as roberta-ext train-bpe's); {how}"
             )
         try:
-            return store.resolve_gpt2_bpe_files(cache_dir=files.cache_dir, offline=files.offline)
-        except store.DownloadError as err:
+            return download.resolve_gpt2_bpe_files(cache_dir=files.cache_dir, offline=files.offline)
+        except download.DownloadError as err:
             raise FileNotFoundError(f"no GPT-2 BPE files: {err}; {how}") from None
 
     def from_transformers(
@@ -637,11 +637,11 @@ def _is_xlmr_model(path: str | os.PathLike[str]) -> bool:
 
 def _local_or_download(path_or_url: str | os.PathLike[str], cache_dir: Any, offline: bool | None) -> Path:
     """A local file as it is; an http(s) URL fetched once into the cache (as fairseq's cached_path)."""
-    from ..checkpoints import store
+    from .. import download
 
     text = os.fspath(path_or_url)
     if text.startswith(("http://", "https://")):
-        return store.resolve_file(text, cache_dir=cache_dir, offline=offline)
+        return download.resolve_file(text, cache_dir=cache_dir, offline=offline)
     if not os.path.isfile(text):
         raise FileNotFoundError(f"BPE file {text!r} does not exist")
     return Path(text)

@@ -45,7 +45,7 @@ from typing import Any
 
 import sentencepiece
 
-from .._io import write_bytes_atomic
+from ..atomic import write_bytes_atomic
 from .errors import TokenizerError
 from .normalization import SpecialTokenSplitter, check_unicode, lowercase_per_character
 from .pieces import char_spans_of_bytes

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .._io import atomic_write
+from ..atomic import atomic_write
 from . import _bert_unicode
 from .errors import TokenizerError
 from .gpt2_bpe import DEFAULT_CACHE_SIZE, WordCache

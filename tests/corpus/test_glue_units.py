@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from roberta_ext.checkpoints import store
+from roberta_ext import download as cache
 from roberta_ext.corpus import CorpusError, glue
 from roberta_ext.corpus.glue import (
     GLUE_REGRESSION_SCALE,
@@ -257,7 +257,7 @@ def download_from(monkeypatch, tmp_path, bpe_files):
         shutil.copyfile(bpe_files.dict_txt.parent / url.rsplit("/", 1)[1], path)
         return path
 
-    monkeypatch.setattr(store, "download", download)
+    monkeypatch.setattr(cache, "download", download)
     return fetched
 
 
@@ -278,7 +278,7 @@ def test_without_a_bpe_dir_openais_files_are_fetched_once_into_the_cache(
 
 def test_offline_without_the_cached_bpe_names_the_url_and_the_cache(download_from, tmp_path, monkeypatch):
     monkeypatch.setenv("ROBERTA_EXT_OFFLINE", "1")
-    with pytest.raises(store.DownloadError) as raised:
+    with pytest.raises(cache.DownloadError) as raised:
         resolve_bpe_files()
     assert str(raised.value).startswith(
         f"cannot download https://dl.fbaipublicfiles.com/fairseq/gpt2_bpe/encoder.json to {tmp_path / 'cache'}"

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import roberta_ext
-from roberta_ext._io import AtomicFiles
+from roberta_ext.atomic import AtomicFiles
 from roberta_ext.cli.embed import main as embed_main
 from roberta_ext.embedding.locking import lock_path, output_lock
 from roberta_ext.embedding.stream import FAIL_AFTER_CHUNKS, Shard

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import roberta_ext
 from roberta_ext.data.batching import length_batches
 from roberta_ext.embedding import POOLING_MODES, Embedder, SentenceEmbedding, pool, similarity
-from roberta_ext.inputs import truncate_longest_first
+from roberta_ext.inference.inputs import truncate_longest_first
 from roberta_ext.modeling import attention
 from roberta_ext.tokenizers.normalization import lowercase_per_character as lowercase
 from tests.peers import require

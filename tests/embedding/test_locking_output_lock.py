@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from roberta_ext._io import AtomicFiles
+from roberta_ext.atomic import AtomicFiles
 from roberta_ext.embedding.locking import OutputBusy, lock_path, output_lock, remove_stale_temporaries
 from roberta_ext.errors import RobertaExtError
 

@@ -262,7 +262,7 @@ def test_torch_hub_xlmr_entry_works_without_fairseq(xlmr_reference):
 def test_hubconf_has_the_xlmr_entries_and_the_store_their_urls():
     import importlib.util
 
-    from roberta_ext.checkpoints.store import KNOWN_MODELS
+    from roberta_ext.download import KNOWN_MODELS
 
     spec = importlib.util.spec_from_file_location("hubconf", REPO / "hubconf.py")
     hubconf = importlib.util.module_from_spec(spec)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import roberta_ext
-from roberta_ext.head_outputs import classify
+from roberta_ext.inference.head_outputs import classify
 from tests.serve.conftest import LABELS, Gate, serving
 
 TEXTS = [

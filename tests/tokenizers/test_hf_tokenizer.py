@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-from roberta_ext.inputs import ModelInputs, PairLayout
+from roberta_ext.inference.inputs import ModelInputs, PairLayout
 from roberta_ext.tokenizers.dictionary import Dictionary
 from roberta_ext.tokenizers.hf_tokenizer import HFTokenizer, HFTokenizerFormatError, special_token_names
 from roberta_ext.tokenizers.registry import (

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 import sentencepiece as spm
 
-from roberta_ext.checkpoints import store
+from roberta_ext import download
 from roberta_ext.tokenizers import Dictionary, FairseqGPT2Tokenizer
 from roberta_ext.tokenizers.gpt2_bpe import bytes_to_unicode
 from roberta_ext.tokenizers.pieces import PieceTokenizer
@@ -478,17 +478,17 @@ def test_a_given_gpt2_file_that_is_not_there_is_named(gpt2_dir, tmp_path):
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_gpt2_file_given_as_a_url_is_fetched_into_the_given_cache(gpt2_dir, tmp_path, monkeypatch, scheme):
-    monkeypatch.setenv(store.OFFLINE_ENV, "not a setting")  # only offline=True keeps it from the network
+    monkeypatch.setenv(download.OFFLINE_ENV, "not a setting")  # only offline=True keeps it from the network
     url = f"{scheme}://example.invalid/bpe/encoder.json"
-    with pytest.raises(store.DownloadError) as expected:
-        store.resolve_file(url, cache_dir=tmp_path / "cache", offline=True)
+    with pytest.raises(download.DownloadError) as expected:
+        download.resolve_file(url, cache_dir=tmp_path / "cache", offline=True)
     files = TokenizerFiles(
         gpt2_encoder_json=url,
         gpt2_vocab_bpe=str(gpt2_dir.fairseq / "vocab.bpe"),
         cache_dir=tmp_path / "cache",
         offline=True,
     )
-    with pytest.raises(store.DownloadError, match=re.escape(str(expected.value)) + "$"):
+    with pytest.raises(download.DownloadError, match=re.escape(str(expected.value)) + "$"):
         KINDS["gpt2"].for_fairseq(tmp_path, Dictionary(), files)
 
 
@@ -509,10 +509,10 @@ def test_the_default_gpt2_bpe_is_refused_over_another_bpes_dictionary_with_the_f
 
 @pytest.mark.parametrize("extra", [(), ("50257", "50258")])
 def test_gpt2s_own_dictionary_offline_names_the_missing_cache_entry(tmp_path, monkeypatch, extra):
-    monkeypatch.setenv(store.OFFLINE_ENV, "not a setting")
+    monkeypatch.setenv(download.OFFLINE_ENV, "not a setting")
     dictionary = fairseq_dictionary([str(i) for i in range(50257)], extra=extra)
-    with pytest.raises(store.DownloadError) as expected:
-        store.resolve_gpt2_bpe_files(cache_dir=tmp_path / "cache", offline=True)
+    with pytest.raises(download.DownloadError) as expected:
+        download.resolve_gpt2_bpe_files(cache_dir=tmp_path / "cache", offline=True)
     message = (
         f"no GPT-2 BPE files: {expected.value}; pass gpt2_encoder_json= and gpt2_vocab_bpe= (--gpt2-encoder-json "
         "and --gpt2-vocab-bpe on the roberta-ext commands), or put encoder.json and vocab.bpe in "

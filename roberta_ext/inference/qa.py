@@ -31,12 +31,16 @@ import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from .inputs import PairLayout, pair_layout
+
+if TYPE_CHECKING:
+    from ..tokenizers.registry import Tokenizer
 
 DEFAULT_HEAD = "qa"
 """Name of the 2-label token head that scores answer starts and ends."""
@@ -431,22 +435,30 @@ def answer(
 
 def load_tokenizer(
     data_dir: str | os.PathLike[str], *, encoder_json: str | None = None, vocab_bpe: str | None = None
-) -> Any:
-    """The tokenizer a data directory provides: GPT-2 BPE (``encoder.json`` + ``vocab.bpe``,
-    from the directory unless given) over the directory's ``dict.txt`` with ``<mask>`` appended,
-    as the hub and the pretraining tasks index it."""
-    from .tokenizers.dictionary import Dictionary
-    from .tokenizers.gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer
+) -> Tokenizer:
+    """The tokenizer a QA data directory provides, chosen by the tokenizer registry as a
+    checkpoint folder's is: the files named (``encoder_json``/``vocab_bpe``: GPT-2 BPE), else
+    those the directory holds (``encoder.json`` + ``vocab.bpe``, ``vocab.txt``,
+    ``spiece.model``, ...), over the directory's ``dict.txt`` with ``<mask>`` appended, as the
+    hub and the pretraining tasks index it.
 
-    data_dir = os.fspath(data_dir)
-    encoder_json = encoder_json or os.path.join(data_dir, "encoder.json")
-    vocab_bpe = vocab_bpe or os.path.join(data_dir, "vocab.bpe")
-    for path, what in ((encoder_json, "encoder.json"), (vocab_bpe, "vocab.bpe")):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"the GPT-2 BPE file {what} is needed to tokenize QA data: {path!r} does not exist")
-    dictionary = Dictionary.load(os.path.join(data_dir, "dict.txt"))
+    >>> load_tokenizer("squad-bin").encode("Who?")  # doctest: +SKIP
+    [12375, 116]
+    """
+    from ..tokenizers.dictionary import Dictionary
+    from ..tokenizers.registry import TokenizerFiles, kind_for_folder
+
+    folder = Path(data_dir)
+    if (encoder_json is None) != (vocab_bpe is None):  # one named: the other is the folder's
+        encoder_json = encoder_json or str(folder / "encoder.json")
+        vocab_bpe = vocab_bpe or str(folder / "vocab.bpe")
+    for path in (encoder_json, vocab_bpe):
+        if path is not None and not os.path.isfile(path) and not path.startswith(("http://", "https://")):
+            raise FileNotFoundError(f"the GPT-2 BPE file {path!r} named to tokenize QA data does not exist")
+    dictionary = Dictionary.load(folder / "dict.txt")
     dictionary.add_symbol("<mask>")
-    return FairseqGPT2Tokenizer(GPT2BPE.from_files(encoder_json, vocab_bpe), dictionary)
+    files = TokenizerFiles(gpt2_encoder_json=encoder_json, gpt2_vocab_bpe=vocab_bpe)
+    return kind_for_folder(folder, files, default="gpt2").for_fairseq(folder, dictionary, files)
 
 
 def prepare_windows(

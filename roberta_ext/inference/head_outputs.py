@@ -1,5 +1,5 @@
 """What a model's heads say about text: class scores, multiple-choice scores, word tags and
-mask fillings, each over a model and its :class:`~roberta_ext.inputs.ModelInputs`.
+mask fillings, each over a model and its :class:`~roberta_ext.inference.inputs.ModelInputs`.
 
 The hub's ``predict``, ``score_choices``, ``tag`` and ``fill_mask`` are these functions with the
 hub's own model and inputs; the server and the command line call them the same way.
@@ -13,10 +13,10 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .data.batching import length_batches
-from .errors import RobertaExtError
+from ..data.batching import length_batches
+from ..errors import RobertaExtError
+from ..modeling import EncoderModel
 from .inputs import ModelInputs, extract_features
-from .modeling import EncoderModel
 
 __all__ = ["HeadError", "classify", "classify_rows", "fill_mask", "replaced_token_probs", "score_choices", "tag"]
 
@@ -155,7 +155,7 @@ def tag(
 ) -> list[tuple[str, str, float]]:
     """Label every word of ``sentence`` with the token head ``head``: ``[(word, label,
     probability), ...]``. Words are split on whitespace and each is labelled by its first
-    sub-word (:meth:`~roberta_ext.inputs.ModelInputs.encode_words`), as the tagging
+    sub-word (:meth:`~roberta_ext.inference.inputs.ModelInputs.encode_words`), as the tagging
     fine-tuning task trains it; ``labels`` names the head's classes.
 
     >>> tag(hub.model, hub.inputs, hub.labels, "Ada Lovelace was born in London")  # doctest: +SKIP
@@ -220,7 +220,7 @@ def replaced_token_probs(model: EncoderModel, inputs: ModelInputs, tokens: torch
     >>> replaced_token_probs(electra.model, electra.inputs, electra.encode("the chef ate the meal"))  # doctest: +SKIP
     [(' the', 0.01), (' chef', 0.02), (' ate', 0.91), (' the', 0.01), (' meal', 0.03)]
     """
-    from .families.electra import replaced_token_probs as discriminate
+    from ..families.electra import replaced_token_probs as discriminate
 
     if tokens.dim() != 1:
         raise ValueError(f"replaced_token_probs takes one sentence, got tokens of shape {tuple(tokens.shape)}")

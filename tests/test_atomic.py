@@ -1,4 +1,4 @@
-"""roberta_ext._io: atomic files and directories appear whole or not at all.
+"""roberta_ext.atomic: atomic files and directories appear whole or not at all.
 
 Each writer is made to fail in the middle (an exception, ``KeyboardInterrupt``) and must leave the
 destination as it was — absent, or with its old contents — and no temporary behind.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from roberta_ext._io import AtomicFiles, atomic_directory, atomic_write, write_bytes_atomic, write_text_atomic
+from roberta_ext.atomic import AtomicFiles, atomic_directory, atomic_write, write_bytes_atomic, write_text_atomic
 
 
 class Boom(Exception):

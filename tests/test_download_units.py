@@ -1,5 +1,5 @@
 """The store's exact messages, cache paths, retries, progress bars and archive handling
-(roberta_ext/checkpoints/store.py), against the local HTTP server of tests/checkpoints/test_store.py."""
+(roberta_ext/download.py), against the local HTTP server of tests/test_download.py."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import requests
 from requests.structures import CaseInsensitiveDict
 from urllib3 import HTTPResponse
 
-from roberta_ext.checkpoints import store
-from roberta_ext.checkpoints.store import (
+from roberta_ext import download as cache
+from roberta_ext.download import (
     ARCHIVE_SUFFIXES,
     CACHE_ENV,
     GPT2_BPE,
@@ -41,7 +41,7 @@ from roberta_ext.checkpoints.store import (
     resolve_gpt2_bpe_files,
     resolve_model,
 )
-from tests.checkpoints.test_store import (
+from tests.test_download import (
     MODEL_FILES,
     RecordingServer,
     all_paths,
@@ -121,7 +121,7 @@ def send_gzip_encoded(body: bytes) -> Callable[[BaseHTTPRequestHandler], None]:
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
-    monkeypatch.setattr(store, "time", SimpleNamespace(sleep=slept.append))
+    monkeypatch.setattr(cache, "time", SimpleNamespace(sleep=slept.append))
     return slept
 
 
@@ -399,16 +399,14 @@ def test_retries_back_off_doubling_then_give_up_naming_the_attempts(
     server.routes["/x.bin"] = fail_then_send([503] * 10, b"never")
     url, dest = server.url("/x.bin"), tmp_path / "x.bin"
     with (
-        caplog.at_level(logging.WARNING, logger="roberta_ext.checkpoints.store"),
+        caplog.at_level(logging.WARNING, logger="roberta_ext.download"),
         raises_exactly(
             DownloadError, f"cannot download {url} to {dest}: HTTP 503 Service Unavailable (gave up after 3 attempts)"
         ),
     ):
         download(url, dest, retries=2, backoff=0.25)
     assert sleeps == [0.25, 0.5]
-    assert {(record.name, record.levelno) for record in caplog.records} == {
-        ("roberta_ext.checkpoints.store", logging.WARNING)
-    }
+    assert {(record.name, record.levelno) for record in caplog.records} == {("roberta_ext.download", logging.WARNING)}
     assert [record.getMessage() for record in caplog.records] == [
         f"{url}: HTTP 503 Service Unavailable; retrying in 0.2 s",
         f"{url}: HTTP 503 Service Unavailable; retrying in 0.5 s",
@@ -816,7 +814,7 @@ def test_losing_the_race_to_another_process(finished: bool, tmp_path: Path, monk
     archive = tmp_path / "roberta.tiny.zip"
     archive.write_bytes(make_zip(tiny_model_files()))
     entry = tmp_path / "cache" / "local" / f"roberta.tiny-{local_key(archive)}"
-    real_unpack = store._unpack
+    real_unpack = cache._unpack
 
     def unpack_while_another_finishes(archive: Path, dest: Path, *, source: str, progress: bool | None) -> None:
         real_unpack(archive, dest, source=source, progress=progress)
@@ -824,7 +822,7 @@ def test_losing_the_race_to_another_process(finished: bool, tmp_path: Path, monk
         if finished:
             (entry / MARKER_NAME).write_text(json.dumps({"source": source, "model_dir": "theirs"}))
 
-    monkeypatch.setattr(store, "_unpack", unpack_while_another_finishes)
+    monkeypatch.setattr(cache, "_unpack", unpack_while_another_finishes)
     if finished:
         assert resolve_model(archive, cache_dir=tmp_path / "cache") == entry / "theirs"
     else:

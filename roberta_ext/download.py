@@ -1,4 +1,5 @@
-"""Known model names, downloads and the on-disk cache.
+"""The download cache: known model names, downloads and the on-disk cache. It sits at the bottom of
+the package, as tiktoken's ``load.py`` does: tokenizers, corpus tools and checkpoints all use it.
 
 This module turns what a user types (``"roberta.large"``, a model directory, a ``.tar.gz`` archive, an
 ``https://`` URL) into a local directory holding ``model.pt`` and ``dict.txt``, downloading and unpacking
@@ -46,8 +47,8 @@ import requests
 from tqdm import tqdm
 from tqdm.utils import CallbackIOWrapper
 
-from .._io import atomic_directory, atomic_write
-from ..errors import RobertaExtError
+from .atomic import atomic_directory, atomic_write
+from .errors import RobertaExtError
 
 logger = logging.getLogger(__name__)
 

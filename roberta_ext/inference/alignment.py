@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import regex
 import torch
 
+from ..modeling import EncoderModel
+from ..tokenizers.registry import kind_of
 from .inputs import ModelInputs, extract_features
-from .modeling import EncoderModel
-from .tokenizers.registry import kind_of
 
 __all__ = [
     "WordFeatures",

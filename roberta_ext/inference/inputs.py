@@ -7,7 +7,7 @@ truncation of pairs longest side first; words -> the index of each word's first 
 padding into a batch. Features (embedding, export, alignment, QA, tagging, predict) take a
 model and this object, never the hub, so they work the same under every door.
 
->>> from roberta_ext.inputs import PairLayout
+>>> from roberta_ext.inference.inputs import PairLayout
 >>> layout = PairLayout(double_separator=True, segments=False)
 >>> layout.join(0, 2, [10, 11], [20])
 [0, 10, 11, 2, 2, 20, 2]
@@ -21,11 +21,11 @@ from typing import Any, Literal, Protocol, overload
 
 import torch
 
-from .data.batching import collate
-from .families import get_family
-from .modeling import EncoderModel
-from .tokenizers.dictionary import Dictionary
-from .tokenizers.registry import Tokenizer
+from ..data.batching import collate
+from ..families import get_family
+from ..modeling import EncoderModel
+from ..tokenizers.dictionary import Dictionary
+from ..tokenizers.registry import Tokenizer
 
 __all__ = [
     "ModelInputs",

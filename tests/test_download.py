@@ -1,4 +1,4 @@
-"""Tests for roberta_ext.checkpoints.store: names, downloads, the cache and safe unpacking.
+"""Tests for roberta_ext.download: names, downloads, the cache and safe unpacking.
 
 Everything is served by a local HTTP server on 127.0.0.1 whose routes each test sets up, and which
 records every request, so "served from the cache" and "no network attempt" are asserted, not assumed.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from roberta_ext.checkpoints.store import (
+from roberta_ext.download import (
     CACHE_ENV,
     GPT2_BPE,
     KNOWN_MODELS,

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .modeling.encoder import TransformerEncoder
-from .modeling.model import EncoderModel
+from ..modeling.encoder import TransformerEncoder
+from ..modeling.model import EncoderModel
 
 DEFAULT_MAX_BATCH = 64
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")

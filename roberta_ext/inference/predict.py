@@ -1,7 +1,7 @@
 """Predictions of a fine-tuned model's classification (or regression) head for many rows, written
 to a file in input order, with the task's metrics: what ``roberta-ext predict`` runs.
 
-It takes a model and its :class:`~roberta_ext.inputs.ModelInputs` (as the hub holds them) and
+It takes a model and its :class:`~roberta_ext.inference.inputs.ModelInputs` (as the hub holds them) and
 rows (:class:`~roberta_ext.corpus.rows.Row`, from :class:`~roberta_ext.corpus.rows.RowReader`),
 reads them in chunks, runs each chunk in length-sorted batches under a token budget
 (:func:`~roberta_ext.data.batching.length_batches`, the batcher of ``embed`` too) and writes one
@@ -27,13 +27,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ._io import atomic_write
-from .corpus.reading import STDIO, CorpusError
-from .corpus.rows import Row
+from ..atomic import atomic_write
+from ..corpus.reading import STDIO, CorpusError
+from ..corpus.rows import Row
+from ..metrics import check_metrics, compute_metrics
+from ..modeling import EncoderModel
 from .head_outputs import HeadError, classify_rows
 from .inputs import ModelInputs
-from .metrics import check_metrics, compute_metrics
-from .modeling import EncoderModel
 
 __all__ = ["OUTPUT_FORMATS", "PredictStats", "choose_head", "predict_file", "predict_rows"]
 
@@ -42,7 +42,7 @@ OUTPUT_FORMATS = ("tsv", "jsonl")
 
 def choose_head(model: EncoderModel, head: str | None) -> str:
     """The classification head to predict with: ``head``, or the model's only one; else a
-    :class:`~roberta_ext.head_outputs.HeadError` naming the model's heads.
+    :class:`~roberta_ext.inference.head_outputs.HeadError` naming the model's heads.
 
     >>> from roberta_ext.families import preset
     >>> from roberta_ext.modeling import RobertaModel
@@ -200,7 +200,7 @@ def _regression_target(label: str, outputs: int, where: str) -> float:
 
 @contextlib.contextmanager
 def _opened(output: str) -> Iterator[IO[str]]:
-    """``output`` for writing whole or not at all (:func:`~roberta_ext._io.atomic_write`), or
+    """``output`` for writing whole or not at all (:func:`~roberta_ext.atomic.atomic_write`), or
     standard output for ``-`` (a stream cannot be taken back: what was written stays)."""
     if output != STDIO:
         with atomic_write(output) as out:
