@@ -46,6 +46,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forkserver
 from tests.conftest import REPO
 from tests.docs.markdown import Block, code_blocks
 from tests.peers import needs
@@ -549,10 +550,16 @@ needs_fairseq = needs("fairseq", "the pages' commands use fairseq-train")
 
 
 def reader_env() -> dict[str, str]:
+    # fairseq's scripts as shims of the tests' fork server (tests/forkserver.py), which starting
+    # sets its socket in this process's environment.
+    shims = forkserver.shim_dir()
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     env.update(
-        REPO=str(REPO), PATH=f"{BIN}{os.pathsep}{env['PATH']}", ROBERTA_EXT_OFFLINE="1", OMP_NUM_THREADS="1"
-    )  # tiny models: one thread each is as fast, and two ranks share 2 cores
+        REPO=str(REPO),
+        PATH=os.pathsep.join((str(shims), str(BIN), env["PATH"])),
+        ROBERTA_EXT_OFFLINE="1",
+        OMP_NUM_THREADS="1",  # tiny models: one thread each is as fast, and two ranks share 2 cores
+    )
     return env
 
 

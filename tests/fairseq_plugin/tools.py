@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import forkserver
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
@@ -17,11 +18,14 @@ USER_DIR = str(REPO / "roberta_ext")
 def run(tool: str, *args: str, cwd: Path | None = None, omp_threads: int | None = 1) -> str:
     """Run a console script of this environment (``fairseq-train``, ...) with this repository
     importable; return its output, or fail with it. ``omp_threads=None`` leaves torch's
-    thread count at its default."""
+    thread count at its default. fairseq's scripts start from the tests' fork server
+    (tests/forkserver.py): the same command, without its 8 s of imports."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if omp_threads is not None:
         env["OMP_NUM_THREADS"] = str(omp_threads)
-    result = subprocess.run([str(BIN / tool), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run(
+        [forkserver.command(tool), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600
+    )
     output = result.stdout + result.stderr
     if result.returncode != 0:
         raise AssertionError(f"{tool} failed ({result.returncode}):\n{output[-6000:]}")
