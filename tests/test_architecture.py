@@ -296,3 +296,41 @@ def test_every_error_of_the_plugin_derives_from_the_base():
         [name for name in MODULES if name.startswith("roberta_ext.fairseq_plugin")]
     )
     assert not offenders, f"exception classes not derived from RobertaExtError (derive from your layer's): {offenders}"
+
+
+# ------------------------------------------------------------------------------------ layers
+
+BOTTOM = {"roberta_ext.errors", "roberta_ext._text", "roberta_ext.atomic", "roberta_ext.download"}
+"""What every layer may use and that uses no other part of the package: the error base, text
+helpers, atomic files and the download cache (as tiktoken's ``load.py``)."""
+
+ABOVE = {
+    "roberta_ext.checkpoints": "files of weights; the text side (tokenizers, corpus tools, data) never needs them",
+    "roberta_ext.loading": "a door",
+    "roberta_ext.hub": "a door",
+    "roberta_ext.cli": "a door",
+    "roberta_ext.serve": "a door",
+    "roberta_ext.fairseq_plugin": "fairseq's door",
+}
+"""Packages the text side and the features must not import, and why."""
+
+
+def test_the_bottom_layer_imports_only_itself():
+    """``errors``, ``_text``, ``atomic`` and ``download`` import nothing of the package but each other."""
+    offenders = {name: sorted(GRAPH[name] - BOTTOM) for name in BOTTOM if GRAPH[name] - BOTTOM}
+    assert not offenders, f"the bottom layer imports from above it: {offenders}"
+
+
+def test_text_side_and_features_do_not_import_the_layers_above_them():
+    """``tokenizers/``, ``corpus/``, ``data/`` and ``inference/`` (the features that take a model
+    and its inputs) import neither checkpoints nor any door."""
+    lower = ("roberta_ext.tokenizers", "roberta_ext.corpus", "roberta_ext.data", "roberta_ext.inference")
+    offenders = [
+        f"{MODULES[name].relative_to(REPO)}:{line} imports {target} ({ABOVE[above]})"
+        for name, path in MODULES.items()
+        if name.startswith(lower)
+        for target, line in imported(name, path)
+        for above in ABOVE
+        if target == above or target.startswith(above + ".")
+    ]
+    assert not offenders, "\n".join(offenders)
