@@ -27,8 +27,8 @@ setup(
         "fairseq": ["fairseq-fixed==0.12.3.1", "hydra-core==1.3.2", "omegaconf==2.3.0"],
         # roberta-ext export / hub.export_onnx: onnx and onnxscript write ONNX, onnxruntime checks the file.
         "export": ["onnx", "onnxscript", "onnxruntime"],
-        # roberta-ext serve: the ASGI app, its server, its metrics and its answers' JSON.
-        "serve": ["starlette", "uvicorn", "prometheus-client", "orjson"],
+        # roberta-ext serve: the ASGI app, its server, its metrics, its answers' JSON, its request models.
+        "serve": ["starlette", "uvicorn", "prometheus-client", "orjson", "pydantic"],
         "test": [
             "pytest",
             "hypothesis",

@@ -475,15 +475,9 @@ class RobertaHubInterface(nn.Module):
         >>> roberta.fill_mask("The first Star wars movie came out in <mask>", topk=1)  # doctest: +SKIP
         [('The first Star wars movie came out in 1977', 0.9504708051681519, ' 1977')]
         """
-        mask = self.mask_token
-        for spelling in self.mask_spellings[1:]:  # "[MASK]" and "<mask>" both mean the mask
-            masked_input = masked_input.replace(spelling, mask)
-        if masked_input.count(mask) != 1:
-            raise ValueError(
-                f"fill_mask needs exactly one {' or '.join(self.mask_spellings)} in its input, got "
-                f"{masked_input.count(mask)}: {masked_input!r}"
-            )
-        return fill_mask(self.model, self.inputs, masked_input, mask=mask, topk=topk)
+        return fill_mask(
+            self.model, self.inputs, masked_input, mask=self.mask_token, topk=topk, spellings=self.mask_spellings
+        )
 
     def _token_text(self, index: int) -> str:
         """The text of one dictionary entry: a token decoded, a special symbol as itself."""

@@ -28,6 +28,7 @@ from roberta_ext.embedding.stream import EmbedError
 from roberta_ext.errors import RobertaExtError, lookup
 from roberta_ext.export import ExportCheckError, ExportError
 from roberta_ext.inference.head_outputs import HeadError
+from roberta_ext.inference.inputs import InputError, InputTooLong
 from roberta_ext.serve.app import Server
 from roberta_ext.serve.errors import ERROR_STATUS, answer_for
 from roberta_ext.serve.metrics import ServerMetrics
@@ -42,7 +43,16 @@ from roberta_ext.tokenizers import (
 from roberta_ext.tokenizers.errors import TokenizerError
 from tests.test_architecture import MODULES
 
-LIBRARY_LAYERS = (CheckpointError, StoreError, TokenizerError, CorpusError, HeadError, OutputBusy, ExportError)
+LIBRARY_LAYERS = (
+    CheckpointError,
+    StoreError,
+    TokenizerError,
+    CorpusError,
+    HeadError,
+    InputError,
+    OutputBusy,
+    ExportError,
+)
 """The library's layer errors: what the doors call into may raise them."""
 
 DOOR_ERRORS = {
@@ -83,6 +93,8 @@ def instance(cls: type[BaseException]) -> BaseException:
         (BadRow, CorpusError, ValueError),
         (EmbedError, CorpusError, ValueError),
         (HeadError, HeadError, ValueError),
+        (InputError, InputError, ValueError),
+        (InputTooLong, InputError, ValueError),
         (OutputBusy, OutputBusy, ValueError),
         (ExportCheckError, ExportError, RuntimeError),
         (CommandError, CommandError, Exception),

@@ -17,6 +17,7 @@ from ..embedding.locking import OutputBusy
 from ..errors import RobertaExtError, lookup
 from ..export import ExportError
 from ..inference.head_outputs import HeadError
+from ..inference.inputs import InputError
 from ..tokenizers.errors import TokenizerError
 
 __all__ = ["EXIT_STATUS", "CommandError", "exit_status", "run_command", "say"]
@@ -34,6 +35,7 @@ EXIT_STATUS: dict[type[BaseException], int] = {
     TokenizerError: 1,  # vocabulary files that cannot be read
     CorpusError: 1,  # input rows that cannot be processed
     HeadError: 1,  # the model lacks the head the command needs
+    InputError: 1,  # a text the model cannot take (too long, no mask to fill)
     OutputBusy: 1,  # another run is writing the output
     ExportError: 1,
     RobertaExtError: 1,  # any other error the package raises on purpose

@@ -2,12 +2,15 @@
 mask fillings, each over a model and its :class:`~roberta_ext.inference.inputs.ModelInputs`.
 
 The hub's ``predict``, ``score_choices``, ``tag`` and ``fill_mask`` are these functions with the
-hub's own model and inputs; the server and the command line call them the same way.
+hub's own model and inputs; the server and the command line call them the same way. Fill-mask's
+input is checked in one place, :func:`encode_masked` (the mask's spellings, exactly one mask,
+the length), for the hub and the server alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -16,9 +19,21 @@ import torch.nn.functional as F
 from ..data.batching import length_batches
 from ..errors import RobertaExtError
 from ..modeling import EncoderModel
-from .inputs import ModelInputs, extract_features
+from .inputs import InputError, ModelInputs, check_length, extract_features
 
-__all__ = ["HeadError", "classify", "classify_rows", "fill_mask", "replaced_token_probs", "score_choices", "tag"]
+__all__ = [
+    "HeadError",
+    "MaskedText",
+    "check_lm_head",
+    "classify",
+    "classify_rows",
+    "encode_masked",
+    "fill_encoded_mask",
+    "fill_mask",
+    "replaced_token_probs",
+    "score_choices",
+    "tag",
+]
 
 
 class HeadError(RobertaExtError, ValueError):
@@ -178,39 +193,101 @@ def tag(
     return [(word, labels[k], p) for word, k, p in zip(words, best.tolist(), probs.tolist())]
 
 
-def fill_mask(
-    model: EncoderModel, inputs: ModelInputs, masked_input: str, *, mask: str, topk: int = 5
+def check_lm_head(model: EncoderModel) -> None:
+    """:class:`HeadError` unless ``model`` has a masked-LM head to fill masks with.
+
+    >>> from roberta_ext.families import preset
+    >>> from roberta_ext.modeling import RobertaModel
+    >>> check_lm_head(RobertaModel(preset("tiny")))
+    """
+    if not model.has_lm_head:
+        raise HeadError("this checkpoint has no masked-LM head (it was saved without one), so it cannot fill masks")
+
+
+@dataclass(frozen=True)
+class MaskedText:
+    """A text ready to fill (:func:`encode_masked`): the mask spelt ``mask``, and its indices."""
+
+    text: str
+    mask: str
+    ids: list[int]
+    """``<s> left <mask> right </s>``."""
+
+
+def encode_masked(
+    inputs: ModelInputs,
+    masked_input: str,
+    *,
+    mask: str,
+    spellings: Sequence[str] = (),
+    where: str = "masked_input",
+) -> MaskedText:
+    """The one check of a fill-mask input: every one of ``spellings`` (BERT's ``[MASK]`` beside
+    ``<mask>``) read as ``mask``, exactly one mask (else :class:`~roberta_ext.inference.inputs.
+    InputError`), at most ``inputs.max_positions`` tokens (else :class:`~roberta_ext.inference.
+    inputs.InputTooLong`); both name the input as ``where``.
+
+    >>> encode_masked(hub.inputs, "Hello [MASK]!", mask="<mask>", spellings=["[MASK]"]).text  # doctest: +SKIP
+    'Hello <mask>!'
+    """
+    for spelling in spellings:
+        if spelling != mask:
+            masked_input = masked_input.replace(spelling, mask)
+    count = masked_input.count(mask)
+    if count != 1:
+        named = " or ".join(dict.fromkeys((mask, *spellings)))
+        raise InputError(f"{where} must hold exactly one {named}, got {count}", where=where)
+    dictionary = inputs.dictionary
+    # Each side is encoded with trailing spaces stripped: the space before <mask> belongs
+    # to the predicted token (" 1977"), exactly as fairseq does it.
+    left, right = (inputs.tokenizer.encode(span.rstrip()) for span in masked_input.split(mask))
+    ids = [dictionary.bos(), *left, dictionary.index(mask), *right, dictionary.eos()]
+    return MaskedText(masked_input, mask, check_length(ids, inputs.max_positions, where=where))
+
+
+def fill_encoded_mask(
+    model: EncoderModel, inputs: ModelInputs, masked: MaskedText, *, topk: int = 5
 ) -> list[tuple[str, float, str]]:
-    """The ``topk`` fillings of the single ``mask`` in ``masked_input``, as ``(filled sentence,
-    probability, token)``, most probable first; every probability paired with its own token
-    (fairseq's hub drops special symbols from the list and then mis-pairs the rest).
+    """:func:`fill_mask` of a text :func:`encode_masked` has checked and encoded.
+
+    >>> masked = encode_masked(hub.inputs, "Hi <mask>", mask="<mask>")              # doctest: +SKIP
+    >>> fill_encoded_mask(hub.model, hub.inputs, masked)                          # doctest: +SKIP
+    [('Hi there', 0.31, ' there'), ...]
+    """
+    check_lm_head(model)
+    mask_index = inputs.dictionary.index(masked.mask)
+    tokens = torch.tensor([masked.ids], dtype=torch.long, device=model.device)
+    with model.inference():
+        logits = model.lm_logits(extract_features(model, inputs, tokens), tokens.eq(mask_index))  # (1, V)
+    probs, indices = logits[0].softmax(dim=-1).topk(k=topk)
+    target = f" {masked.mask}" if f" {masked.mask}" in masked.text else masked.mask
+    results = []
+    for prob, index in zip(probs.tolist(), indices.tolist()):
+        predicted = inputs.tokenizer.token_text(index)
+        results.append((masked.text.replace(target, predicted), prob, predicted))
+    return results
+
+
+def fill_mask(
+    model: EncoderModel,
+    inputs: ModelInputs,
+    masked_input: str,
+    *,
+    mask: str,
+    topk: int = 5,
+    spellings: Sequence[str] = (),
+) -> list[tuple[str, float, str]]:
+    """The ``topk`` fillings of the single ``mask`` in ``masked_input`` (written as ``mask`` or
+    any of ``spellings``), as ``(filled sentence, probability, token)``, most probable first;
+    every probability paired with its own token (fairseq's hub drops special symbols from the
+    list and then mis-pairs the rest). The input is checked by :func:`encode_masked`.
 
     >>> fill_mask(hub.model, hub.inputs, "Star wars came out in <mask>", mask="<mask>", topk=1)  # doctest: +SKIP
     [('Star wars came out in 1977', 0.95, ' 1977')]
     """
-    if not model.has_lm_head:
-        raise ValueError("this checkpoint has no masked-LM head (it was saved without one), so it cannot fill masks")
-    if masked_input.count(mask) != 1:
-        count = masked_input.count(mask)
-        raise ValueError(f"fill_mask needs exactly one {mask} in its input, got {count}: {masked_input!r}")
-    dictionary = inputs.dictionary
-    mask_index = dictionary.index(mask)
-    # Each side is encoded with trailing spaces stripped: the space before <mask> belongs
-    # to the predicted token (" 1977"), exactly as fairseq does it.
-    left, right = (inputs.tokenizer.encode(span.rstrip()) for span in masked_input.split(mask))
-    ids = [dictionary.bos(), *left, mask_index, *right, dictionary.eos()]
-    if len(ids) > inputs.max_positions:
-        raise ValueError(f"tokens exceeds maximum length: {len(ids)} > {inputs.max_positions}")
-    tokens = torch.tensor([ids], dtype=torch.long, device=model.device)
-    with model.inference():
-        logits = model.lm_logits(extract_features(model, inputs, tokens), tokens.eq(mask_index))  # (1, V)
-    probs, indices = logits[0].softmax(dim=-1).topk(k=topk)
-    target = f" {mask}" if f" {mask}" in masked_input else mask
-    results = []
-    for prob, index in zip(probs.tolist(), indices.tolist()):
-        predicted = inputs.tokenizer.token_text(index)
-        results.append((masked_input.replace(target, predicted), prob, predicted))
-    return results
+    check_lm_head(model)
+    masked = encode_masked(inputs, masked_input, mask=mask, spellings=spellings)
+    return fill_encoded_mask(model, inputs, masked, topk=topk)
 
 
 def replaced_token_probs(model: EncoderModel, inputs: ModelInputs, tokens: torch.Tensor) -> list[tuple[str, float]]:

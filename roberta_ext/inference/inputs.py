@@ -5,7 +5,9 @@ tokenizer and the family's conventions: ``<s> a </s>`` for one text; for a pair 
 ``<s> a </s> </s> b </s>`` or the BERT family's ``[CLS] a [SEP] b [SEP]`` with segment ids;
 truncation of pairs longest side first; words -> the index of each word's first sub-word;
 padding into a batch. Features (embedding, export, alignment, QA, tagging, predict) take a
-model and this object, never the hub, so they work the same under every door.
+model and this object, never the hub, so they work the same under every door. An input longer
+than the model takes is cut or refused by one rule (:meth:`ModelInputs.encode_within`), whichever
+door it came through: :class:`InputTooLong` names it.
 
 >>> from roberta_ext.inference.inputs import PairLayout
 >>> layout = PairLayout(double_separator=True, segments=False)
@@ -15,6 +17,7 @@ model and this object, never the hub, so they work the same under every door.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, overload
@@ -22,16 +25,20 @@ from typing import Any, Literal, Protocol, overload
 import torch
 
 from ..data.batching import collate
+from ..errors import RobertaExtError
 from ..families import get_family
 from ..modeling import EncoderModel
 from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.registry import Tokenizer
 
 __all__ = [
+    "InputError",
+    "InputTooLong",
     "ModelInputs",
     "PairLayout",
     "ServedModel",
     "TextInput",
+    "check_length",
     "extract_features",
     "extract_features_long",
     "pair_layout",
@@ -41,6 +48,43 @@ __all__ = [
 
 TextInput = str | Sequence[str]
 """A text, or a pair of texts (a tuple or list of two)."""
+
+
+class InputError(RobertaExtError, ValueError):
+    """A text the model cannot take as it is (too long, or without the one mask fill-mask needs):
+    the message names the input (:attr:`where`, as the caller calls it: ``masked_input``,
+    ``inputs[3]``) and what is wrong. The inference layer's error about inputs; a ``ValueError``
+    too, as these checks always raised."""
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+class InputTooLong(InputError):
+    """An input longer than the model takes (or the length asked for), where cutting it was not asked.
+
+    >>> str(InputTooLong("inputs[1]", 83, 64, hint="set truncate to cut it"))
+    'inputs[1] is 83 tokens long, more than the maximum of 64 (set truncate to cut it)'
+    """
+
+    def __init__(self, where: str, length: int, limit: int, *, hint: str | None = None) -> None:
+        told = f" ({hint})" if hint else ""
+        super().__init__(f"{where} is {length} tokens long, more than the maximum of {limit}{told}", where=where)
+        self.length = length
+        self.limit = limit
+
+
+def check_length(ids: list[int], limit: int, *, where: str = "input", hint: str | None = None) -> list[int]:
+    """``ids`` if there are at most ``limit`` of them, else :class:`InputTooLong` naming ``where``
+    (``hint``: how the caller may cut it).
+
+    >>> check_length([0, 5, 2], 3)
+    [0, 5, 2]
+    """
+    if len(ids) > limit:
+        raise InputTooLong(where, len(ids), limit, hint=hint)
+    return ids
 
 
 @dataclass(frozen=True)
@@ -192,6 +236,27 @@ class ModelInputs:
         budget = max(0, max_length - 2 - len(self.layout.separator(eos)))
         first, second = truncate_longest_first(first, self.tokenizer.encode(texts[1]), budget)
         return self.layout.join(bos, eos, first, second)
+
+    def encode_within(
+        self,
+        item: TextInput,
+        max_length: int | None = None,
+        *,
+        truncate: bool,
+        where: str = "input",
+        hint: str | None = None,
+    ) -> list[int]:
+        """Indices of a text or pair of at most ``max_length`` (default: :attr:`max_positions`),
+        by the one rule every door follows: cut as :meth:`encode_truncated` cuts when
+        ``truncate``, else :class:`InputTooLong` naming ``where`` (``hint``: how to cut it).
+
+        >>> hub.inputs.encode_within("word " * 600, truncate=False, where="inputs[2]")  # doctest: +SKIP
+        Traceback (most recent call last):
+        roberta_ext.inference.inputs.InputTooLong: inputs[2] is 602 tokens long, more than the maximum of 512
+        """
+        limit = self.max_positions if max_length is None else max_length
+        ids = self.encode_truncated(item, limit if truncate else sys.maxsize)
+        return check_length(ids, limit, where=where, hint=hint)
 
     def encode_words(self, words: Sequence[str]) -> tuple[list[int], list[int]]:
         """``<s>``, the sub-words of ``words``, ``</s>``, and the position of each word's first

@@ -130,7 +130,7 @@ def test_predict_truncates_a_pair_longest_first_as_embed_does(live, hub, monkeyp
     """The longer side gives way (the library's longest_first, </s> kept), as /embed cuts a
     pair, not the end of the row (which cut a pair's second text away)."""
     client, server = live
-    import roberta_ext.serve.app as app
+    import roberta_ext.serve.server as app  # where the predict task calls the library
 
     ran: list[list[int]] = []
 
@@ -181,9 +181,13 @@ def test_scores_are_written_as_float32_text(live):
 
 def valid(value: Any, schema: dict[str, Any]) -> bool:
     """Whether ``value`` is valid under ``schema``, for the parts of JSON Schema the served
-    description uses (type, enum, oneOf, not, items, min/maxItems, minimum/maximum, pattern,
-    properties, required, additionalProperties)."""
+    description uses (type, enum, const, oneOf, anyOf, not, items, min/maxItems,
+    minimum/maximum, pattern, properties, required, additionalProperties)."""
     if "oneOf" in schema and sum(valid(value, option) for option in schema["oneOf"]) != 1:
+        return False
+    if "anyOf" in schema and not any(valid(value, option) for option in schema["anyOf"]):
+        return False
+    if "const" in schema and value != schema["const"]:
         return False
     if "not" in schema and valid(value, schema["not"]):
         return False
@@ -262,7 +266,8 @@ def test_requests_valid_under_the_schema_are_accepted(live, hub):
     client, server = live
     description = client.get("/openapi.json").json()
     dimension, vocab = server.default_embedder.dimension, len(hub.dictionary)
-    top_k = request_schema(description, "/fill_mask")["properties"]["top_k"]["maximum"]
+    top_k_schema = request_schema(description, "/fill_mask")["properties"]["top_k"]  # an integer, or null
+    top_k = next(option["maximum"] for option in top_k_schema["anyOf"] if option.get("type") == "integer")
     assert (dimension, top_k) == (32, min(100, vocab))
     accepted = [
         ("/embed", {"inputs": [["a", "b"], "c"], "dimensions": dimension, "truncation_direction": "Right"}),
