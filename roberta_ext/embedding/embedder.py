@@ -28,7 +28,7 @@ from ..data.batching import length_batches
 from ..inference.inputs import ModelInputs, TextInput, extract_features
 from ..modeling import EncoderModel
 from ..tokenizers.normalization import lowercase_per_character as lowercase
-from .pooling import SentenceEmbedding, check_modes, pool
+from .pooling import SentenceEmbedding, check_modes, check_truncate_dim, pool
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -72,6 +72,8 @@ class Embedder:
     max_tokens: int = DEFAULT_MAX_TOKENS
     """Padded tokens per batch (default: :data:`DEFAULT_MAX_TOKENS`, on a GPU :data:`DEFAULT_MAX_TOKENS_CUDA`)."""
     batch_size: int | None = None
+    truncate_dim: int | None = None
+    """Keep the first this many values of each embedding, after the normalisation (Matryoshka)."""
 
     @classmethod
     def for_hub(cls, hub: Any, **options: Any) -> Embedder:
@@ -92,9 +94,11 @@ class Embedder:
         prompt_name: str | None = None,
         max_tokens: int | None = None,
         batch_size: int | None = None,
+        truncate_dim: int | None = None,
     ) -> Embedder:
         """The model's own embedding ``settings`` (a sentence-transformers folder's, or mean
         pooling), with those given here in their place."""
+        truncate_dim = check_truncate_dim(truncate_dim) or settings.truncate_dim
         if prompt is not None and prompt_name is not None:
             raise ValueError("give prompt or prompt_name, not both")
         if prompt_name is None and prompt is None:
@@ -125,12 +129,15 @@ class Embedder:
             do_lower_case=settings.do_lower_case,
             max_tokens=max_tokens or (DEFAULT_MAX_TOKENS_CUDA if device.type == "cuda" else DEFAULT_MAX_TOKENS),
             batch_size=batch_size,
+            truncate_dim=truncate_dim,
         )
 
     @property
     def dimension(self) -> int:
-        """Width of an embedding: the model's width times the number of pooling modes."""
-        return self.model.cfg.encoder_embed_dim * len(self.pooling)
+        """Width of an embedding: the model's width times the number of pooling modes, or
+        :attr:`truncate_dim` where that is less."""
+        width = self.model.cfg.encoder_embed_dim * len(self.pooling)
+        return width if self.truncate_dim is None else min(width, self.truncate_dim)
 
     def encode(self, item: TextInput) -> list[int]:
         """Ids of one text or pair, prompt prepended, truncated to :attr:`max_length`."""
@@ -159,7 +166,8 @@ class Embedder:
                 pooled = pool(features, lengths, self.pooling, skip=self.skip)  # (B, D) float32
                 if self.normalize:
                     pooled = F.normalize(pooled, p=2, dim=-1)
-                out[torch.tensor(batch, device=out.device)] = pooled
+                # Truncated after the normalisation, as sentence-transformers truncates its output.
+                out[torch.tensor(batch, device=out.device)] = pooled[:, : self.dimension]
                 if progress is not None:
                     progress(len(batch))
         return out
@@ -182,6 +190,7 @@ def embed(
     max_length: int | None = None,
     prompt: str | None = None,
     prompt_name: str | None = None,
+    truncate_dim: int | None = None,
 ) -> torch.Tensor:
     """Sentence embeddings ``(N, C)`` float32 of N texts, or pairs of texts (tuples), in their
     order (a single string gives ``(1, C)``), with ``model`` and its ``inputs``; ``hub.embed``.
@@ -195,6 +204,8 @@ def embed(
     without normalisation. Texts longer than ``max_length`` tokens (default: the folder's
     ``max_seq_length``, else the model's maximum) are truncated, pairs longest side first.
     ``prompt`` (or ``prompt_name``, one of the folder's prompts) is prepended to each text.
+    ``truncate_dim`` keeps the first that many values of each embedding, after the normalisation,
+    as sentence-transformers' ``truncate_dim`` does (default: the folder's, else all of them).
 
     Rows are sorted by length and batched by a budget of ``max_tokens`` padded tokens per batch
     (and at most ``batch_size`` rows), and the encoder skips what padding is left, so the result
@@ -215,6 +226,7 @@ def embed(
         prompt_name=prompt_name,
         max_tokens=max_tokens,
         batch_size=batch_size,
+        truncate_dim=truncate_dim,
     )
     items: Sequence[TextInput] = [texts] if isinstance(texts, str) else texts
     return embedder.embed(items)

@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-__all__ = ["POOLING_MODES", "SIMILARITIES", "SentenceEmbedding", "check_modes", "pool", "similarity"]
+__all__ = [
+    "POOLING_MODES",
+    "SIMILARITIES",
+    "SentenceEmbedding",
+    "check_modes",
+    "check_truncate_dim",
+    "pool",
+    "similarity",
+]
 
 POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 """sentence-transformers' pooling modes, all supported."""
@@ -60,11 +68,34 @@ class SentenceEmbedding:
     """The prompt used when none is given."""
     similarity: str = "cosine"
     """What ``hub.similarity`` computes (:data:`SIMILARITIES`)."""
+    truncate_dim: int | None = None
+    """Keep the first this many values of each embedding (Matryoshka models), after the
+    normalisation, as sentence-transformers' ``truncate_dim`` does: a truncated embedding of a
+    normalising model is not unit-length again. ``None``, or at least the embedding's width: the
+    whole embedding."""
 
     def __post_init__(self) -> None:
         check_modes(self.pooling)
+        check_truncate_dim(self.truncate_dim)
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"similarity {self.similarity!r} is not supported; choose one of {SIMILARITIES}")
+
+
+def check_truncate_dim(truncate_dim: object, where: str = "truncate_dim") -> int | None:
+    """``truncate_dim`` if it is None or a positive int; a ``ValueError`` naming ``where`` otherwise.
+
+    >>> check_truncate_dim(256), check_truncate_dim(None)
+    (256, None)
+    >>> check_truncate_dim(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: truncate_dim must be a positive number of dimensions, got 0
+    """
+    if truncate_dim is None:
+        return None
+    if isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1:
+        raise ValueError(f"{where} must be a positive number of dimensions, got {truncate_dim!r}")
+    return truncate_dim
 
 
 def check_modes(modes: str | Sequence[str], where: str = "pooling") -> tuple[str, ...]:

@@ -16,7 +16,8 @@ optionally a ``Normalize``. Around them:
 * ``1_Pooling/config.json``: ``pooling_mode`` (a mode or a list of modes) and ``include_prompt``,
   or the older ``pooling_mode_cls_token``/``pooling_mode_mean_tokens``/... flags;
 * ``config_sentence_transformers.json``: ``prompts``, ``default_prompt_name``,
-  ``similarity_fn_name``.
+  ``similarity_fn_name`` and ``truncate_dim`` (a Matryoshka model's shorter embeddings:
+  the first ``truncate_dim`` values, cut after the ``Normalize``).
 
 Only sentence-transformers' own modules are read, by the ``type`` that names their class
 (:data:`MODULE_TYPES`): sentence-transformers imports and runs the class a ``type`` names, so
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoints import CheckpointError
-from .pooling import SIMILARITIES, SentenceEmbedding, check_modes
+from .pooling import SIMILARITIES, SentenceEmbedding, check_modes, check_truncate_dim
 
 __all__ = ["MODULE_TYPES", "is_sentence_transformers_dir", "read_sentence_transformers"]
 
@@ -171,33 +172,45 @@ def read_sentence_transformers(folder: str | os.PathLike[str]) -> tuple[Path, Se
         known = [int(n) for n in (tokenizer_length, positions) if isinstance(n, (int, float)) and 0 < n < 1 << 40]
         max_length = min(known) if known else None
 
-    st_config = _read_json(root / "config_sentence_transformers.json", required=False)
-    similarity = st_config.get("similarity_fn_name") or "cosine"
-    if similarity not in SIMILARITIES:
-        raise CheckpointError(
-            f"{str(root / 'config_sentence_transformers.json')!r}: similarity_fn_name {similarity!r} is not "
-            f"supported; supported: {', '.join(SIMILARITIES)}"
-        )
-    prompts = st_config.get("prompts") or {}
-    default_prompt_name = st_config.get("default_prompt_name")
-    if default_prompt_name is not None and default_prompt_name not in prompts:
-        raise CheckpointError(
-            f"{str(root / 'config_sentence_transformers.json')!r}: default_prompt_name {default_prompt_name!r} "
-            f"is not one of its prompts {sorted(prompts)}"
-        )
     settings = SentenceEmbedding(
         pooling=pooling,
         normalize=kinds[-1] == "Normalize",
         include_prompt=bool(pooling_config.get("include_prompt", True)),
         max_length=None if max_length is None else int(max_length),
         do_lower_case=bool(bert_config.get("do_lower_case", False)),
-        prompts={str(k): str(v) for k, v in prompts.items()},
-        default_prompt_name=default_prompt_name,
-        similarity=similarity,
+        **_model_settings(root / "config_sentence_transformers.json"),
     )
     dimension = pooling_config.get("embedding_dimension", pooling_config.get("word_embedding_dimension"))
     _check_dimension(dimension, transformer_dir, pooling_path)
     return transformer_dir, settings
+
+
+def _model_settings(path: Path) -> dict[str, Any]:
+    """What ``config_sentence_transformers.json`` (at ``path``, optional) says of the whole model:
+    ``prompts``, ``default_prompt_name``, ``similarity`` and ``truncate_dim``, as
+    :class:`SentenceEmbedding` fields; :class:`CheckpointError` naming the file for a value it cannot take."""
+    config = _read_json(path, required=False)
+    similarity = config.get("similarity_fn_name") or "cosine"
+    if similarity not in SIMILARITIES:
+        raise CheckpointError(
+            f"{str(path)!r}: similarity_fn_name {similarity!r} is not supported; supported: {', '.join(SIMILARITIES)}"
+        )
+    try:
+        truncate_dim = check_truncate_dim(config.get("truncate_dim"), f"{str(path)!r}: truncate_dim")
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    prompts = config.get("prompts") or {}
+    default_prompt_name = config.get("default_prompt_name")
+    if default_prompt_name is not None and default_prompt_name not in prompts:
+        raise CheckpointError(
+            f"{str(path)!r}: default_prompt_name {default_prompt_name!r} is not one of its prompts {sorted(prompts)}"
+        )
+    return dict(
+        prompts={str(k): str(v) for k, v in prompts.items()},
+        default_prompt_name=default_prompt_name,
+        similarity=similarity,
+        truncate_dim=truncate_dim,
+    )
 
 
 def _check_dimension(dimension: Any, transformer_dir: Path, pooling_path: Path) -> None:

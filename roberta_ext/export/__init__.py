@@ -19,8 +19,12 @@ The contract of the graph (the same for ONNX and torch.export):
   for a token head); or ``embeddings`` ``(batch, C)`` (``(batch, k * C)`` for k modes) pooled by
   :func:`roberta_ext.embedding.pooling.pool` over the real tokens, ``<s>`` and ``</s>``
   included, as ``hub.embed`` pools: ``pooling="model"`` is the hub's own setting (a
-  sentence-transformers folder's pooling and normalisation). Pooled rows must be right-padded
-  (real tokens first), as ``collate`` and transformers' tokenizers pad them.
+  sentence-transformers folder's pooling, normalisation and ``truncate_dim``). Pooled rows must
+  be right-padded (real tokens first), as ``collate`` and transformers' tokenizers pad them.
+
+Models with local attention layers (ModernBERT) keep their window in the graph: the band is
+computed from the positions of the real tokens, whatever the length, and the written file is
+checked on texts longer than the window.
 
 Files are written whole or not at all, and only after the written file has been run on a
 padded batch and found equal to the hub's own outputs, within what the model's dtype can meet
@@ -56,7 +60,7 @@ from ..errors import RobertaExtError
 from ..inference.head_outputs import classify
 from ..inference.inputs import ServedModel, extract_features
 from ..modeling.model import eval_mode
-from .int8 import Int8Linear, PerTensorInt8Linear
+from .int8 import Int8Linear, PerTensorInt8Linear, ordinary_indices
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -212,9 +216,12 @@ class ServingModule(nn.Module):
         self.head = head
         self.modes: tuple[str, ...] | None = None
         self.normalize = bool(normalize)
+        self.truncate_dim: int | None = None
+        """The first this many values of a pooled embedding are kept (a Matryoshka folder's ``truncate_dim``)."""
         if pooling == MODEL_POOLING:
             self.modes = hub.sentence_embedding.pooling
             self.normalize = hub.sentence_embedding.normalize if normalize is None else normalize
+            self.truncate_dim = hub.sentence_embedding.truncate_dim
         elif pooling is not None:
             self.modes = check_modes(pooling)
         self.takes_attention_mask = attention_mask
@@ -250,10 +257,12 @@ class ServingModule(nn.Module):
 
     def pool(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Right-padded ``features`` (B, T, C) with ``lengths`` (B,) real tokens -> embeddings, as
-        ``hub.embed`` pools them."""
+        ``hub.embed`` pools them (normalised, then truncated)."""
         assert self.modes is not None
         embeddings = pool(features, lengths, self.modes)
-        return F.normalize(embeddings, p=2, dim=-1) if self.normalize else embeddings
+        if self.normalize:
+            embeddings = F.normalize(embeddings, p=2, dim=-1)
+        return embeddings if self.truncate_dim is None else embeddings[:, : self.truncate_dim]
 
     def encode(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """The encoder's :meth:`~roberta_ext.modeling.encoder.TransformerEncoder.forward_masked`:
@@ -269,7 +278,8 @@ class ServingModule(nn.Module):
 
 def example_inputs(hub: ServedModel, batch: int = 2, length: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     """A right-padded batch ``(input_ids, attention_mask)`` of ``batch`` rows, ``<s> ... </s>``,
-    the first ``length`` tokens long (at most ``max_positions()``), each next one shorter.
+    the first ``length`` tokens long (at most ``max_positions()``), each next one shorter; the
+    tokens between are drawn from the dictionary's ordinary symbols (:func:`~roberta_ext.export.int8.ordinary_indices`).
 
     >>> ids, mask = example_inputs(hub, batch=2, length=5)   # doctest: +SKIP
     >>> ids.tolist(), mask.tolist()                          # doctest: +SKIP
@@ -278,7 +288,8 @@ def example_inputs(hub: ServedModel, batch: int = 2, length: int = 8) -> tuple[t
     length = max(3, min(length, hub.inputs.max_positions))
     generator = torch.Generator().manual_seed(0)
     dictionary = hub.inputs.dictionary
-    ids = torch.randint(dictionary.nspecial, len(dictionary), (batch, length), generator=generator)
+    ordinary = ordinary_indices(dictionary)
+    ids = ordinary[torch.randint(len(ordinary), (batch, length), generator=generator)]
     ids[:, 0] = dictionary.bos()
     lengths = [max(3, length - row) for row in range(batch)]
     mask = torch.zeros(batch, length, dtype=torch.long)
@@ -485,8 +496,12 @@ def _steps(destination: Path, check: bool, progress: bool) -> tqdm:
 
 
 def _check_batch(hub: ServedModel) -> tuple[torch.Tensor, torch.Tensor]:
-    """What a written file is checked on: 3 rows of up to 11 tokens (traced on 2 x 8)."""
-    return example_inputs(hub, batch=3, length=min(11, hub.inputs.max_positions))
+    """What a written file is checked on: 3 rows of up to 11 tokens (traced on 2 x 8); for a
+    model with local attention layers, of up to ``local_attention + 3``, so that the first and
+    last tokens of each row lie outside each other's window (all within ``max_positions()``)."""
+    window = hub.model.cfg.local_attention
+    length = 11 if window is None else max(11, window + 3)
+    return example_inputs(hub, batch=3, length=min(length, hub.inputs.max_positions))
 
 
 def _check_onnx(hub: ServedModel, serving: ServingModule, path: Path, destination: Path) -> None:

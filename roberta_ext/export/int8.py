@@ -59,6 +59,7 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
 if TYPE_CHECKING:
     from ..inference.inputs import ModelInputs
+    from ..tokenizers.dictionary import Dictionary
 
 __all__ = [
     "ACTIVATIONS",
@@ -69,6 +70,7 @@ __all__ = [
     "full_range_activations",
     "input_maxima",
     "onednn_int8",
+    "ordinary_indices",
     "quantize_int8",
     "smoothed_linears",
 ]
@@ -304,15 +306,20 @@ input channel ``c``; 0.5 splits the range evenly between the inputs and the weig
 
 def smoothed_linears(model: nn.Module) -> list[nn.Linear]:
     """The linear layers that read the residual stream, where BERT-like models carry their outlier
-    channels: each encoder layer's query, key and value projections and its first feed-forward
-    layer (each once, shared ALBERT layers included)."""
+    channels: each encoder layer's query, key and value projections (ModernBERT's one fused
+    ``qkv_proj``) and its first feed-forward layer (GeGLU's input and gate in one), each once,
+    shared ALBERT layers included."""
     from ..modeling.encoder import TransformerEncoderLayer
 
     found: dict[int, nn.Linear] = {}
     for layer in model.modules():
         if isinstance(layer, TransformerEncoderLayer):
             attention = layer.self_attn
-            for linear in (attention.q_proj, attention.k_proj, attention.v_proj, layer.fc1):
+            if attention.qkv_proj is not None:
+                projections: tuple[nn.Module, ...] = (attention.qkv_proj,)
+            else:
+                projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+            for linear in (*projections, layer.fc1):
                 if type(linear) is nn.Linear:
                     found.setdefault(id(linear), linear)
     return list(found.values())
@@ -348,11 +355,27 @@ def input_maxima(model: nn.Module, linears: list[nn.Linear], batches: Iterable[t
     return maxima
 
 
+def ordinary_indices(dictionary: Dictionary) -> torch.Tensor:
+    """The indices of ``dictionary``'s ordinary symbols, in order: past its specials, and none of
+    the symbols that frame or pad a text (``<s>``, ``<pad>``, ``</s>``, ``<unk>``). A
+    ``tokenizer.json``'s ``[CLS]``, ``[PAD]``, ... lie among its other tokens (ModernBERT's
+    ``[PAD]`` is 50283 of 50368): drawn into a text, a ``[PAD]`` would be read as padding.
+
+    >>> from roberta_ext.tokenizers.dictionary import Dictionary
+    >>> symbols = ["hello", "[CLS]", "world", "[SEP]", "[PAD]", "[UNK]", "!"]
+    >>> ordinary_indices(Dictionary.from_symbols(symbols, bos="[CLS]", pad="[PAD]", eos="[SEP]", unk="[UNK]")).tolist()
+    [0, 2, 6]
+    """
+    framing = {dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk()}
+    return torch.tensor([i for i in range(dictionary.nspecial, len(dictionary)) if i not in framing], dtype=torch.long)
+
+
 def calibration_batches(inputs: ModelInputs, *, rows: int = 8, length: int = 128, seed: int = 0) -> list[torch.Tensor]:
     """What :func:`quantize_int8` calibrates on when given no text (``from_pretrained(...,
     dtype="int8")``): one batch of ``rows`` rows framed as one text is (``<s> ... </s>``, BERT's
     ``[CLS] ... [SEP]``), of ``length`` tokens in all (at most the model's positions), the ones
-    between drawn uniformly and reproducibly from the dictionary's ordinary symbols. The outlier
+    between drawn uniformly and reproducibly from the dictionary's ordinary symbols
+    (:func:`ordinary_indices`). The outlier
     channels smoothing is for are the model's own, and show on any tokens: on all-MiniLM-L6-v2
     these rows lifted the 1-3-word lines' 1st-percentile cosine to fp32 from 0.9865 to 0.9962,
     mixed docstrings' from 0.9960 to 0.9984 (docs/export.md).
@@ -364,7 +387,8 @@ def calibration_batches(inputs: ModelInputs, *, rows: int = 8, length: int = 128
     dictionary = inputs.dictionary
     length = min(length, inputs.max_positions)
     generator = torch.Generator().manual_seed(seed)
-    middle = torch.randint(dictionary.nspecial, len(dictionary), (rows, max(0, length - 2)), generator=generator)
+    ordinary = ordinary_indices(dictionary)
+    middle = ordinary[torch.randint(len(ordinary), (rows, max(0, length - 2)), generator=generator)]
     framed = [inputs.layout.join(dictionary.bos(), dictionary.eos(), row.tolist()) for row in middle]
     return [inputs.collate(framed)[0]]
 
