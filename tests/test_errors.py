@@ -61,6 +61,7 @@ DOOR_ERRORS = {
     Overloaded: "the server's worker: Server.refusal answers it 429 before any handler runs",
     ShuttingDown: "the server's worker: Server.refusal answers it 503 before any handler runs",
     "MultipleChoiceDataError": "the fairseq plugin's: raised under fairseq-train, which reports it",
+    "DictionaryError": "the fairseq plugin's (a task's dict.txt): raised under fairseq-train, which reports it",
 }
 """The other direct subclasses of the base, and why they are not in both tables."""
 

@@ -29,7 +29,7 @@ and line, and writes nothing for the task. Extra columns are ignored, as ``cut``
 
 Every file of every task asked for is read and checked before the slow work (BPE, binarizing)
 starts. Each ``<TASK>-bin`` is built beside its final name, and all are renamed into place,
-each whole, once every task is done (:func:`roberta_ext.atomic.atomic_directory`): after an
+each whole, once every task is done (:class:`roberta_ext.corpus.preparation.Preparation`): after an
 error, none is written. The BPE is OpenAI's GPT-2 BPE from the download cache
 (fetched on first use, as the script's ``wget`` does; ``ROBERTA_EXT_OFFLINE=1`` forbids that), or
 the three files of ``--bpe-dir``. fairseq must be installed: it does the binarizing, as in the
@@ -58,12 +58,12 @@ from typing import IO
 from tqdm import tqdm
 
 from .._text import counted, undecodable
-from ..atomic import atomic_directory
 from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.gpt2_bpe import GPT2BPE
-from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
+from .binarize import PreprocessBatch
 from .bpe import OUTPUT_NAMES, _encode_chunk
 from .pool import OrderedRunner
+from .preparation import Preparation, check_dictionary
 from .reading import CorpusError, InputFile, read_chunks
 from .rows import Columns
 
@@ -449,21 +449,20 @@ def glue_preprocess(
             if not path.is_file():
                 names = ", ".join(f"{s}.tsv" for s, _ in task.splits)
                 raise CorpusError(f"{path}: not found ({task.name} needs {names} in {glue_dir / task.name})")
-        target = destdir / f"{task.name}-bin"
-        if not force and target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise CorpusError(f"refusing to overwrite {target} (use --force)")
-    check_fairseq("glue-preprocess binarizes with its fairseq-preprocess, as preprocess_GLUE_tasks.sh does")
+    preparation = Preparation(
+        [destdir / f"{task.name}-bin" for task in chosen],
+        binarize=True,
+        why="glue-preprocess binarizes with its fairseq-preprocess, as preprocess_GLUE_tasks.sh does",
+        force=force,
+    )
     encoder_json, vocab_bpe, dict_txt = resolve_bpe_files(bpe_dir)
-    Dictionary.load(dict_txt)  # a malformed dict.txt fails here, naming the file, not in fairseq
+    check_dictionary(dict_txt)  # a malformed dict.txt fails here, naming the file, not in fairseq
     bpe = GPT2BPE.from_files(encoder_json, vocab_bpe)
 
-    with contextlib.ExitStack() as stack:
+    with preparation.building() as folders:
         # 1. Read and check every file of every task (fast), so that a bad row anywhere stops the
         # run before the slow work; each task is built in its own temporary folder.
-        jobs = []
-        for task in chosen:
-            building = stack.enter_context(atomic_directory(destdir / f"{task.name}-bin", overwrite=force))
-            jobs.append(_cut_task(task, glue_dir, destdir, building))
+        jobs = [_cut_task(task, glue_dir, destdir, building) for task, building in zip(chosen, folders)]
         # 2. BPE-encode the text columns.
         runner = OrderedRunner(workers, GPT2BPE.from_files, (str(encoder_json), str(vocab_bpe)), local_state=bpe)
         with (
@@ -486,7 +485,7 @@ def glue_preprocess(
         for job in jobs:
             commands = _preprocess_commands(job.task, job.texts, _TEXT, dict_txt.resolve(), workers)
             batches.append(PreprocessBatch(job.task.name, job.building, commands))
-        reports = run_fairseq_preprocess(batches)
+        reports = preparation.binarize(batches)
         for job in jobs:
             job.stats.report = reports.get(job.task.name, [])
             _finish_task(job)

@@ -28,7 +28,7 @@ with the pretrained model's ``dict.txt``::
 
 Every example must have the same number of choices; a bad line (JSON, a missing field, a label
 out of range, another number of choices) stops the run with its file and line. The output folder
-appears whole or not at all (:func:`roberta_ext.atomic.atomic_directory`).
+appears whole or not at all (:class:`roberta_ext.corpus.preparation.Preparation`).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from .._text import counted
-from ..atomic import atomic_directory
-from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
+from .binarize import PreprocessBatch
+from .preparation import Preparation, check_dictionary, only_source, report_lines
 from .reading import CorpusError, InputFile
 from .tokenize import TokenWriter
 
@@ -300,76 +300,91 @@ def prepare_multiple_choice(
     """
     if not splits:
         raise CorpusError("no split to prepare")
-    if not Path(dictionary).is_file():
-        raise FileNotFoundError(2, "dictionary (the pretrained model's dict.txt) not found", str(dictionary))
+    dictionary = check_dictionary(dictionary)
     counts = {split: len(examples[0].choices) for split, examples in splits.items() if examples}
     if len(set(counts.values())) != 1 or len(counts) != len(splits):
         raise CorpusError(f"the splits must have examples with the same number of choices, got {counts}")
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not force and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise CorpusError(f"refusing to overwrite {output_dir} (use --force)")
-    if not text_only:
-        check_fairseq(
-            "prepare-multiple-choice binarizes with its fairseq-preprocess; use --text-only and run the "
-            "printed fairseq-preprocess commands where fairseq is"
-        )
+    why = (
+        "prepare-multiple-choice binarizes with its fairseq-preprocess; use --text-only and run the "
+        "printed fairseq-preprocess commands where fairseq is"
+    )
+    preparation = Preparation([output_dir], binarize=not text_only, why=why, force=force)
     stats = ChoiceStats(num_choices=next(iter(counts.values())))
     columns = [f"input{i}" for i in range(stats.num_choices + 1)]
 
-    with atomic_directory(output_dir, overwrite=force) as building:
+    with preparation.building() as (building,):
         (building / "text").mkdir()
         (building / "label").mkdir()
         for split, examples in splits.items():
-            outputs = [open(building / "text" / f"{split}.{column}", "w", encoding="utf-8") for column in columns]
-            context_cache: dict[str, list[str]] = {}  # RACE repeats an article for each of its questions
-            try:
-                for example in tqdm(examples, desc=f"encode {split}", disable=not progress, file=sys.stderr):
-                    context = context_cache.get(example.context)
-                    if context is None:
-                        context = context_cache[example.context] = writer.tokens(example.context)
-                        if len(context_cache) > 10_000:
-                            context_cache.clear()
-                    choices = [writer.tokens(choice) for choice in example.choices]
-                    for out, tokens in zip(outputs, [context, *choices]):
-                        out.write(" ".join(tokens) + "\n")
-                    stats.tokens += len(context) + sum(len(c) for c in choices)
-                    if len(context) + max(len(c) for c in choices) + 4 > max_positions:
-                        stats.too_long += 1
-                        stats.first_too_long = stats.first_too_long or example.where
-            finally:
-                for out in outputs:
-                    out.close()
-            if examples[0].label is not None:
-                (building / "label" / f"{split}.label").write_text(
-                    "".join(f"{example.label}\n" for example in examples), encoding="utf-8"
-                )
-            stats.examples[split] = len(examples)
+            _write_split(writer, examples, building, split, columns, max_positions, stats, progress)
 
         def commands(base: str) -> list[list[str]]:
-            tests = [s for s in splits if s.startswith("test")]
-            result = []
-            for column in columns:
-                command = ["--only-source", "--srcdict", str(Path(dictionary).resolve())]
-                for split in ("train", "valid"):
-                    if split in splits:
-                        command += [f"--{split}pref", f"{base}text/{split}.{column}"]
-                if tests:  # test, test1, ...: fairseq-preprocess numbers the prefixes after the first
-                    command += ["--testpref", ",".join(f"{base}text/{s}.{column}" for s in tests)]
-                result.append(command + ["--destdir", f"{base}{column}", "--workers", str(workers)])
-            return result
+            # test, test1, ...: one --testpref, which fairseq-preprocess numbers after the first
+            groups = {"train": ["train"], "valid": ["valid"], "test": [s for s in splits if s.startswith("test")]}
+            groups = {kind: [s for s in names if s in splits] for kind, names in groups.items()}
+            return [
+                only_source(
+                    dictionary.resolve(),
+                    {
+                        kind: ",".join(f"{base}text/{s}.{column}" for s in names)
+                        for kind, names in groups.items()
+                        if names
+                    },
+                    f"{base}{column}",
+                    workers,
+                )
+                for column in columns
+            ]
 
         stats.commands = [["fairseq-preprocess", *command] for command in commands(f"{output_dir}/")]
         if not text_only:
             with tqdm(total=1, desc="binarize", disable=not progress, file=sys.stderr) as bar:
                 # Paths relative to the folder being built.
                 batch = PreprocessBatch("multiple choice", building, commands(""))
-                report = run_fairseq_preprocess([batch])[batch.name]
+                report = preparation.binarize([batch])[batch.name]
                 bar.update()
-            if log is not None:  # "text/valid.input1: 100 sents, 812 tokens, 0.0% replaced (by <unk>)"
-                for line in report:
-                    path, numbers = line.rsplit(": ", 1)
-                    print(f"{Path(path).suffix[1:]}/{Path(path).stem}: {numbers}", file=log)
+            if log is not None:  # "input1/valid: 100 sents, 812 tokens, 0.0% replaced (by <unk>)"
+                for line in report_lines(report):
+                    print(line, file=log)
     return stats
+
+
+def _write_split(
+    writer: TokenWriter,
+    examples: list[ChoiceExample],
+    building: Path,
+    split: str,
+    columns: list[str],
+    max_positions: int,
+    stats: ChoiceStats,
+    progress: bool,
+) -> None:
+    """``text/{split}.input0`` (the contexts) ... ``.inputN`` (choice N), BPE-encoded, and
+    ``label/{split}.label`` when the examples have labels."""
+    outputs = [open(building / "text" / f"{split}.{column}", "w", encoding="utf-8") for column in columns]
+    context_cache: dict[str, list[str]] = {}  # RACE repeats an article for each of its questions
+    try:
+        for example in tqdm(examples, desc=f"encode {split}", disable=not progress, file=sys.stderr):
+            context = context_cache.get(example.context)
+            if context is None:
+                context = context_cache[example.context] = writer.tokens(example.context)
+                if len(context_cache) > 10_000:
+                    context_cache.clear()
+            choices = [writer.tokens(choice) for choice in example.choices]
+            for out, tokens in zip(outputs, [context, *choices]):
+                out.write(" ".join(tokens) + "\n")
+            stats.tokens += len(context) + sum(len(c) for c in choices)
+            if len(context) + max(len(c) for c in choices) + 4 > max_positions:
+                stats.too_long += 1
+                stats.first_too_long = stats.first_too_long or example.where
+    finally:
+        for out in outputs:
+            out.close()
+    if examples[0].label is not None:
+        (building / "label" / f"{split}.label").write_text(
+            "".join(f"{example.label}\n" for example in examples), encoding="utf-8"
+        )
+    stats.examples[split] = len(examples)
 
 
 def _split_names(splits: Sequence[str]) -> None:

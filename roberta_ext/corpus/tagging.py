@@ -10,7 +10,7 @@ binarize them. Each word is tokenized on its own, the way the hub's ``tag()`` do
 word after the first gets its leading space, a word with no token becomes ``<unk>``.
 
 The output folder is built beside its final name and renamed into place only when everything
-succeeded (:func:`roberta_ext.atomic.atomic_directory`); errors name the file and line.
+succeeded (:class:`roberta_ext.corpus.preparation.Preparation`); errors name the file and line.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import IO
 
 from tqdm import tqdm
 
-from ..atomic import atomic_directory
 from ..data.tagging import IGNORE_LABEL
 from ..inference.inputs import word_pieces
-from .binarize import PreprocessBatch, check_fairseq, run_fairseq_preprocess
+from .binarize import PreprocessBatch
+from .preparation import Preparation, check_dictionary, only_source, report_lines
 from .reading import CorpusError, InputFile
 from .tokenize import UNK, TokenWriter, join_tokens
 
@@ -165,16 +165,12 @@ def prepare_tagging(
     unknown = sorted(set(splits) - set(SPLITS))
     if unknown:
         raise CorpusError(f"unknown splits {unknown}; use {', '.join(SPLITS)}")
-    if not Path(dictionary).is_file():
-        raise FileNotFoundError(2, "dictionary (the pretrained model's dict.txt) not found", str(dictionary))
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not force and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise CorpusError(f"refusing to overwrite {output_dir} (use --force)")
-    if not text_only:
-        check_fairseq(
-            "prepare-tagging binarizes with its fairseq-preprocess; use --text-only and run the printed "
-            "fairseq-preprocess commands where fairseq is"
-        )
+    dictionary = check_dictionary(dictionary)
+    why = (
+        "prepare-tagging binarizes with its fairseq-preprocess; use --text-only and run the printed "
+        "fairseq-preprocess commands where fairseq is"
+    )
+    preparation = Preparation([output_dir], binarize=not text_only, why=why, force=force)
     stats = TagStats()
     read = {}
     for split, path in splits.items():
@@ -182,7 +178,45 @@ def prepare_tagging(
         stats.docstarts += docstarts
         if not read[split]:
             raise CorpusError(f"{path}: no sentence in the file")
+    counts = _label_counts(read, stats, log)
 
+    with preparation.building() as (building,):
+        text = building / "text"
+        text.mkdir()
+        label_dict = text / "label.dict.txt"
+        label_dict.write_text("".join(f"{label} {counts[label]}\n" for label in stats.labels), encoding="utf-8")
+        for split, sentences in read.items():
+            _write_split(writer, sentences, text, split, max_positions, stats, progress)
+
+        def commands(base: Path, dictionary: Path) -> list[list[str]]:  # fairseq-preprocess's arguments
+            return [
+                only_source(
+                    srcdict,
+                    {s: str(base / "text" / f"{s}.{column}") for s in SPLITS if s in splits},
+                    base / column,
+                    workers,
+                )
+                for column, srcdict in (("input0", dictionary), ("label", base / "text" / "label.dict.txt"))
+            ]
+
+        stats.commands = [["fairseq-preprocess", *command] for command in commands(Path(output_dir), dictionary)]
+        if not text_only:
+            columns = ("input0", "label")
+            absolute = commands(building.resolve(), dictionary.resolve())  # run in another folder
+            reports = preparation.binarize(
+                [PreprocessBatch(column, building, [command]) for column, command in zip(columns, absolute)]
+            )
+            for column in columns:
+                if log is not None:  # fairseq's "PATH: N sents, M tokens, X% replaced (by <unk>)" lines
+                    for line in report_lines(reports[column]):
+                        print(line, file=log)
+                (building / column / "preprocess.log").unlink(missing_ok=True)  # it names the temporary folder
+    return stats
+
+
+def _label_counts(read: dict[str, list[TaggedSentence]], stats: TagStats, log: IO[str] | None) -> Counter[str]:
+    """The count of each label in ``train``, the labels in ``stats.labels`` by count (then name);
+    labels seen only in other splits come last, with count 0 and a warning on ``log``."""
     counts = Counter(label for sentence in read["train"] for label in sentence.labels)
     stats.labels = sorted(counts, key=lambda label: (-counts[label], label))
     for split in SPLITS[1:]:
@@ -193,59 +227,41 @@ def prepare_tagging(
                     stats.labels.append(label)
                     if log is not None:
                         print(f"warning: label {label!r} ({sentence.where}) does not occur in train", file=log)
+    return counts
 
-    # Built in a temporary sibling folder that becomes output_dir whole, or is removed.
-    with atomic_directory(output_dir, overwrite=force) as building:
-        text = building / "text"
-        text.mkdir()
-        label_dict = text / "label.dict.txt"
-        label_dict.write_text("".join(f"{label} {counts[label]}\n" for label in stats.labels), encoding="utf-8")
-        for split, sentences in read.items():
-            with (
-                open(text / f"{split}.input0", "w", encoding="utf-8") as tokens_out,
-                open(text / f"{split}.label", "w", encoding="utf-8") as labels_out,
-            ):
 
-                def count_empty(word: str, *, first: bool) -> list[str]:
-                    pieces = writer.word_tokens(word, first=first)
-                    stats.words_without_tokens += not pieces
-                    return pieces
+def _write_split(
+    writer: TokenWriter,
+    sentences: list[TaggedSentence],
+    text: Path,
+    split: str,
+    max_positions: int,
+    stats: TagStats,
+    progress: bool,
+) -> None:
+    """``text/{split}.input0`` (the sub-word tokens) and ``text/{split}.label`` (a label per token)."""
+    with (
+        open(text / f"{split}.input0", "w", encoding="utf-8") as tokens_out,
+        open(text / f"{split}.label", "w", encoding="utf-8") as labels_out,
+    ):
 
-                for sentence in tqdm(sentences, desc=f"tokenize {split}", disable=not progress, file=sys.stderr):
-                    # A word is labelled at its first sub-word: the rule the hub's tag() predicts
-                    # by (ModelInputs.encode_words), from the same function.
-                    tokens, firsts = word_pieces(sentence.words, count_empty, UNK)
-                    labels = [IGNORE_LABEL] * len(tokens)
-                    for first, label in zip(firsts, sentence.labels):
-                        labels[first] = label
-                    tokens_out.write(join_tokens(tokens, sentence.where) + "\n")
-                    labels_out.write(" ".join(labels) + "\n")
-                    stats.words += len(sentence.words)
-                    stats.tokens += len(tokens)
-                    if len(tokens) + 2 > max_positions:
-                        stats.too_long += 1
-                        stats.first_too_long = stats.first_too_long or sentence.where
-            stats.sentences[split] = len(sentences)
+        def count_empty(word: str, *, first: bool) -> list[str]:
+            pieces = writer.word_tokens(word, first=first)
+            stats.words_without_tokens += not pieces
+            return pieces
 
-        def commands(base: Path, dictionary: Path) -> list[list[str]]:  # fairseq-preprocess's arguments
-            result = []
-            for column, srcdict in (("input0", dictionary), ("label", base / "text" / "label.dict.txt")):
-                command = ["--only-source", "--srcdict", str(srcdict)]
-                for split in (s for s in SPLITS if s in splits):
-                    command += [f"--{split}pref", str(base / "text" / f"{split}.{column}")]
-                result.append(command + ["--destdir", str(base / column), "--workers", str(workers)])
-            return result
-
-        stats.commands = [["fairseq-preprocess", *command] for command in commands(output_dir, Path(dictionary))]
-        if not text_only:
-            columns = ("input0", "label")
-            absolute = commands(building.resolve(), Path(dictionary).resolve())  # run in another folder
-            batches = [PreprocessBatch(column, building, [command]) for column, command in zip(columns, absolute)]
-            reports = run_fairseq_preprocess(batches)
-            for column in columns:
-                if log is not None:  # fairseq's "PATH: N sents, M tokens, X% replaced (by <unk>)" lines
-                    for line in reports[column]:
-                        path, report = line.rsplit(": ", 1)
-                        print(f"{column}/{Path(path).stem}: {report}", file=log)
-                (building / column / "preprocess.log").unlink(missing_ok=True)  # it names the temporary folder
-    return stats
+        for sentence in tqdm(sentences, desc=f"tokenize {split}", disable=not progress, file=sys.stderr):
+            # A word is labelled at its first sub-word: the rule the hub's tag() predicts
+            # by (ModelInputs.encode_words), from the same function.
+            tokens, firsts = word_pieces(sentence.words, count_empty, UNK)
+            labels = [IGNORE_LABEL] * len(tokens)
+            for first, label in zip(firsts, sentence.labels):
+                labels[first] = label
+            tokens_out.write(join_tokens(tokens, sentence.where) + "\n")
+            labels_out.write(" ".join(labels) + "\n")
+            stats.words += len(sentence.words)
+            stats.tokens += len(tokens)
+            if len(tokens) + 2 > max_positions:
+                stats.too_long += 1
+                stats.first_too_long = stats.first_too_long or sentence.where
+    stats.sentences[split] = len(sentences)

@@ -12,6 +12,7 @@ fairseq.
 from . import (  # noqa: F401,E402  (electra_ext, spanbert_ext, roberta_ext_*)  # noqa: F401,E402  (roberta_ext_sentence_pair_mlm, ..._token_classification)
     checkpoint_compat,
     criterions,
+    dictionaries,
     electra,
     models,
     multiple_choice,

@@ -2,7 +2,7 @@
 ``electra_ext_large``), the ``roberta_ext_electra`` task and criterion.
 
 One architecture serves pretraining and fine-tuning. Under ``--task roberta_ext_electra`` the model is built
-with its generator and discriminator head (as :class:`roberta_ext.families.electra.ElectraPretrainingModel`);
+with its generator and discriminator head (it is :class:`roberta_ext.families.electra.ElectraPretrainingModel`);
 under any other task (``roberta_ext_extractive_qa``, ``roberta_ext_classification``, ...) it is the
 discriminator alone, and ``--restore-file`` of a pretraining checkpoint drops the generator and
 the discriminator head while loading. So fine-tuning is the pretraining command with another
@@ -17,9 +17,8 @@ become ``<mask>`` and 15% stay as they are (no random tokens: the generator supp
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-import torch
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
@@ -46,61 +45,30 @@ class ElectraExtConfig(RobertaExtConfig):
 
 @register_model("electra_ext", dataclass=ElectraExtConfig)
 class ElectraExtModel(RobertaExtModel):
-    """The discriminator; with a generator and a discriminator head under ``--task roberta_ext_electra``."""
+    """The discriminator; under ``--task roberta_ext_electra``, :class:`ElectraExtPretrainingModel`."""
 
-    def __init__(self, args: Any, cfg: Any, *, pretraining: bool = False) -> None:
-        super().__init__(args, cfg)
-        if pretraining:  # the modules of ElectraPretrainingModel, declared here as there
-            fraction = safe_getattr(args, "generator_fraction", electra.DEFAULT_GENERATOR_FRACTION)
-            self.discriminator_head = electra.make_discriminator_head(cfg)
-            self.generator = electra.make_generator(self, fraction)
-            electra.freeze_unused_lm_head(self)
-            logger.info(
-                f"ELECTRA generator: {self.generator.cfg.encoder_embed_dim} wide, "
-                f"{self.generator.cfg.encoder_attention_heads} heads (fraction {fraction})"
-            )
+    PRETRAINING_TASK = "roberta_ext_electra"
 
     @classmethod
-    def build_model(cls, args: Any, task: Any) -> "ElectraExtModel":
-        cfg = cls.checked_config(args, task)
-        return cls(args, cfg, pretraining=getattr(task, "electra_pretraining", False))
+    def pretraining_class(cls) -> type[RobertaExtModel]:
+        return ElectraExtPretrainingModel
 
-    def forward(
-        self,
-        src_tokens: torch.Tensor,
-        features_only: bool = False,
-        return_all_hiddens: bool = False,
-        classification_head_name: Optional[str] = None,
-        masked_tokens: Optional[torch.Tensor] = None,
-        segment_labels: Optional[torch.Tensor] = None,
-        token_head_name: Optional[str] = None,
-        electra_targets: Optional[torch.Tensor] = None,
-        disallowed_ids: Optional[tuple] = None,
-        **unused: Any,
-    ):
-        """With ``electra_targets`` (the masked-LM targets), one ELECTRA step returning an
-        :class:`~roberta_ext.families.electra.ElectraOutput` — through ``forward``, so that
-        distributed data-parallel sees the generator's and the discriminator's parameters.
-        Otherwise the usual encoder forward."""
-        if electra_targets is not None:
-            if electra.GENERATOR not in self._modules:
-                raise ValueError(
-                    "this electra_ext model has no generator: it is built for pretraining only "
-                    "under --task roberta_ext_electra"
-                )
-            return electra.electra_forward(
-                self, src_tokens, electra_targets, segment_labels=segment_labels, disallowed_ids=disallowed_ids
-            )
-        return super().forward(
-            src_tokens,
-            features_only,
-            return_all_hiddens,
-            classification_head_name,
-            masked_tokens,
-            segment_labels,
-            token_head_name,
-            **unused,
+
+class ElectraExtPretrainingModel(ElectraExtModel, electra.ElectraPretrainingModel):
+    """The discriminator with its generator and replaced-token-detection head: the family's
+    :class:`~roberta_ext.families.electra.ElectraPretrainingModel` (its modules, its
+    ``pretraining_forward``), built from fairseq's options."""
+
+    def __init__(self, args: Any, cfg: Any) -> None:
+        super().__init__(args, cfg)
+        logger.info(
+            f"ELECTRA generator: {self.generator.cfg.encoder_embed_dim} wide, "
+            f"{self.generator.cfg.encoder_attention_heads} heads "
+            f"(fraction {self.pretraining_model_options(args)['generator_fraction']})"
         )
+
+    def pretraining_model_options(self, args: Any) -> dict[str, Any]:
+        return {"generator_fraction": safe_getattr(args, "generator_fraction", electra.DEFAULT_GENERATOR_FRACTION)}
 
 
 @dataclass
@@ -117,8 +85,6 @@ class ElectraTaskConfig(RobertaExtMLMConfig):
 @register_task("roberta_ext_electra", dataclass=ElectraTaskConfig)
 class ElectraTask(RobertaExtMLMTask):
     """ELECTRA pretraining data: masked-LM batches whose targets the generator fills in."""
-
-    electra_pretraining = True  # read by ElectraExtModel.build_model
 
 
 @dataclass
@@ -146,7 +112,11 @@ class ElectraCriterion(FairseqCriterion):
         self.disallowed_ids = tuple(i for i in (self.padding_idx, mask_idx) if i is not None)
 
     def forward(self, model: Any, sample: dict, reduce: bool = True):
-        output = model(**sample["net_input"], electra_targets=sample["target"], disallowed_ids=self.disallowed_ids)
+        output = model(
+            **sample["net_input"],
+            pretraining_targets=sample["target"],
+            pretraining_options={"disallowed_ids": self.disallowed_ids},
+        )
         if not isinstance(output, electra.ElectraOutput):
             raise TypeError(
                 "criterion 'roberta_ext_electra' needs an ELECTRA model: --arch electra_ext_* with "

@@ -14,6 +14,7 @@ for every option the command line left unset (:func:`register_architectures`).
 # No "from __future__ import annotations": fairseq reads dataclass field types at run time.
 
 import dataclasses
+import inspect
 import logging
 import sys
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from typing import Any, Optional
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from fairseq.tasks import TASK_REGISTRY
 from fairseq.utils import safe_getattr
 from hydra.core.hydra_config import HydraConfig
 
@@ -93,18 +95,39 @@ def config_from_args(args: Any, task: Any) -> EncoderConfig:
     return EncoderConfig(vocab_size=len(task.source_dictionary), padding_idx=task.source_dictionary.pad(), **values)
 
 
+_FORWARD_ARGUMENTS = frozenset(inspect.signature(RobertaModel.forward).parameters) - {"self"}
+"""The keyword arguments of the encoder's forward, declared once (in ``modeling``)."""
+
+
 @register_model("roberta_ext", dataclass=RobertaExtConfig)
 class RobertaExtModel(RobertaModel, BaseFairseqModel):
     """fairseq's view of our RoBERTa: ``forward`` takes fairseq's batch keys and returns hidden
     states time-first, as fairseq's RoBERTa does."""
 
+    PRETRAINING_TASK: str | None = None
+    """The task under which this model is built as its family's pretraining model
+    (:meth:`pretraining_class`); under any other task it is the encoder alone."""
+
     def __init__(self, args: Any, cfg: EncoderConfig) -> None:
-        super().__init__(cfg)
+        # Cooperative: in a pretraining model the next class is the family's pretraining model,
+        # which declares its modules from cfg and these options.
+        super().__init__(cfg, **self.pretraining_model_options(args))
         self.args = args
 
     @classmethod
     def build_model(cls, args: Any, task: Any) -> "RobertaExtModel":
-        return cls(args, cls.checked_config(args, task))
+        pretraining = cls.PRETRAINING_TASK is not None and isinstance(task, TASK_REGISTRY[cls.PRETRAINING_TASK])
+        return (cls.pretraining_class() if pretraining else cls)(args, cls.checked_config(args, task))
+
+    @classmethod
+    def pretraining_class(cls) -> type["RobertaExtModel"]:
+        """The model built under :attr:`PRETRAINING_TASK`: this class and the family's pretraining
+        model in one (its modules and ``pretraining_forward`` are the family's)."""
+        raise NotImplementedError(f"{cls.__name__} has no pretraining model")
+
+    def pretraining_model_options(self, args: Any) -> dict[str, Any]:
+        """The keyword options of the family's pretraining model, from fairseq's parsed ``args``."""
+        return {}
 
     @staticmethod
     def checked_config(args: Any, task: Any) -> EncoderConfig:
@@ -135,23 +158,30 @@ class RobertaExtModel(RobertaModel, BaseFairseqModel):
     def forward(
         self,
         src_tokens: torch.Tensor,
-        features_only: bool = False,
-        return_all_hiddens: bool = False,
-        classification_head_name: str | None = None,
-        masked_tokens: torch.Tensor | None = None,
-        segment_labels: torch.Tensor | None = None,
-        token_head_name: str | None = None,
-        **unused: Any,  # src_lengths, src_id: fairseq's tasks put them in net_input
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        x, extra = super().forward(
-            src_tokens,
-            features_only,
-            return_all_hiddens,
-            classification_head_name,
-            masked_tokens,
-            segment_labels,
-            token_head_name,
-        )
+        *args: Any,
+        pretraining_targets: torch.Tensor | None = None,
+        pretraining_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """:meth:`EncoderModel.forward <roberta_ext.modeling.EncoderModel.forward>` with hidden
+        states time-first, as fairseq's RoBERTa returns them; the other keys fairseq's tasks put
+        in ``net_input`` (``src_lengths``, ``src_id``) are ignored.
+
+        With ``pretraining_targets`` (the masked-LM targets), one pretraining step of the family
+        (ELECTRA's or SpanBERT's ``pretraining_forward``, given ``segment_labels`` and
+        ``pretraining_options``) — through ``forward``, so that distributed data-parallel sees
+        the parameters of the pretraining modules."""
+        if pretraining_targets is not None:
+            step = getattr(self, "pretraining_forward", None)
+            if step is None:
+                built = f"only when built for pretraining, under --task {self.PRETRAINING_TASK}"
+                raise ValueError(
+                    f"this {type(self).__name__} has no pretraining modules: it has them "
+                    + (built if self.PRETRAINING_TASK else "in no task")
+                )
+            segments = kwargs.get("segment_labels")
+            return step(src_tokens, pretraining_targets, segment_labels=segments, **(pretraining_options or {}))
+        x, extra = super().forward(src_tokens, *args, **{k: v for k, v in kwargs.items() if k in _FORWARD_ARGUMENTS})
         if extra.get("inner_states") is not None:  # fairseq's RoBERTa returns them (T, B, C)
             extra["inner_states"] = [h.transpose(0, 1) for h in extra["inner_states"]]
         return x, extra

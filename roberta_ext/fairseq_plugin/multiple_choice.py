@@ -67,6 +67,7 @@ from fairseq.tasks.sentence_ranking import SentenceRankingTask
 
 from ..errors import RobertaExtError
 from .datasets import EveryExampleDataset
+from .dictionaries import load_dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -138,13 +139,8 @@ class RobertaExtMultipleChoiceTask(SentenceRankingTask):
     def setup_task(cls, args: Any, **kwargs: Any) -> "RobertaExtMultipleChoiceTask":
         _check_criterion(args, TASK)
         _check_num_classes(args)
-        path = os.path.join(args.data, "input0", "dict.txt")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(
-                f"no dictionary at {path!r}: DATA needs input0/ ... input{args.num_classes}/ and label/, "
-                "as roberta-ext prepare-multiple-choice writes them"
-            )
-        dictionary = cls.load_dictionary(args, path, source=True)
+        needs = f"input0/ ... input{args.num_classes}/ and label/, as roberta-ext prepare-multiple-choice writes them"
+        dictionary = load_dictionary(os.path.join(args.data, "input0", "dict.txt"), task=cls, needs=needs, mask=True)
         logger.info(f"[input] dictionary: {len(dictionary)} types")
         return cls(args, dictionary)
 
@@ -212,10 +208,8 @@ class RobertaExtCommonsenseQATask(LegacyFairseqTask):
     def setup_task(cls, args: Any, **kwargs: Any) -> "RobertaExtCommonsenseQATask":
         _check_criterion(args, CQA_TASK)
         _check_num_classes(args)
-        path = os.path.join(args.data, "dict.txt")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no dictionary at {path!r}: DATA holds dict.txt and {{train,valid,test}}.jsonl")
-        dictionary = Dictionary.load(path)
+        needs = "dict.txt and {train,valid,test}.jsonl"
+        dictionary = load_dictionary(os.path.join(args.data, "dict.txt"), task=cls, needs=needs)
         logger.info(f"dictionary: {len(dictionary)} types")
         return cls(args, dictionary)
 

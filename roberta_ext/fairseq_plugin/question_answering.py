@@ -31,6 +31,7 @@ from omegaconf import II, MISSING
 
 from ..inference import qa
 from .datasets import SizedDataset
+from .dictionaries import load_dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -113,11 +114,7 @@ class ExtractiveQATask(FairseqTask):
     def setup_task(cls, cfg: ExtractiveQAConfig, **kwargs: Any) -> "ExtractiveQATask":
         data = utils.split_paths(cfg.data)[0]
         dict_path = os.path.join(data, "dict.txt")
-        if not os.path.isfile(dict_path):
-            raise FileNotFoundError(
-                f"no dictionary at {dict_path!r}: the QA data directory needs the pretrained model's dict.txt"
-            )
-        dictionary = Dictionary.load(dict_path)
+        dictionary = load_dictionary(dict_path, task=cls, needs="the pretrained model's dict.txt and SPLIT.json files")
         tokenizer = qa.load_tokenizer(data, encoder_json=cfg.bpe_encoder_json, vocab_bpe=cfg.bpe_vocab)
         if len(tokenizer.dictionary) != len(dictionary) + 1:
             raise ValueError(f"{dict_path!r} reads differently for fairseq and for the tokenizer")

@@ -40,7 +40,8 @@ from ..data.word_starts import WORD_BOUNDARY_STYLES, gpt2_word_starts, piece_wor
 from ..families.albert import SENTENCE_ORDER_HEAD
 from ..families.bert import NEXT_SENTENCE_HEAD
 from .datasets import SizedDataset
-from .tasks import MaskedLMTaskBase
+from .dictionaries import load_dictionary
+from .tasks import PREPROCESSED, MaskedLMTaskBase
 
 logger = logging.getLogger(__name__)
 
@@ -116,9 +117,6 @@ class SentencePairMLMTask(MaskedLMTaskBase):
         paths = utils.split_paths(cfg.data)
         if not paths:
             raise ValueError("--data (the positional DATA argument) is empty")
-        dict_path = os.path.join(paths[0], "dict.txt")
-        if not os.path.isfile(dict_path):
-            raise FileNotFoundError(f"no dictionary at {dict_path!r}: is {paths[0]!r} fairseq-preprocess output?")
         if cfg.tokens_per_sample < 5:
             raise ValueError(f"--tokens-per-sample must be at least 5 (<s> A </s> B </s>), got {cfg.tokens_per_sample}")
         if cfg.mask_whole_words and cfg.word_boundaries is None:
@@ -126,7 +124,7 @@ class SentencePairMLMTask(MaskedLMTaskBase):
                 "--mask-whole-words needs --word-boundaries {wordpiece,sentencepiece,gpt2}: "
                 "how the tokens of DATA mark the start of a word"
             )
-        dictionary = Dictionary.load(dict_path)
+        dictionary = load_dictionary(os.path.join(paths[0], "dict.txt"), task=cls, needs=PREPROCESSED)
         logger.info(f"dictionary: {len(dictionary)} types")
         return cls(cfg, dictionary)
 

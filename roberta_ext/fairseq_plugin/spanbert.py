@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import torch
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
@@ -48,54 +47,25 @@ class SpanBertExtConfig(RobertaExtConfig):
 
 @register_model("spanbert_ext", dataclass=SpanBertExtConfig)
 class SpanBertExtModel(RobertaExtModel):
-    """The encoder with its MLM head; with a span boundary head under ``--task roberta_ext_spanbert``."""
+    """The encoder with its MLM head; under ``--task roberta_ext_spanbert``, :class:`SpanBertExtPretrainingModel`."""
 
-    def __init__(self, args: Any, cfg: Any, *, pretraining: bool = False) -> None:
-        super().__init__(args, cfg)
-        if pretraining:  # the module of SpanBertPretrainingModel, declared here as there
-            self.sbo_head = spanbert.make_sbo_head(
-                self,
-                max_span_length=safe_getattr(args, "sbo_max_span_length", spanbert.DEFAULT_MAX_SPAN_LENGTH),
-                position_dim=safe_getattr(args, "sbo_position_dim", None),
-            )
+    PRETRAINING_TASK = "roberta_ext_spanbert"
 
     @classmethod
-    def build_model(cls, args: Any, task: Any) -> "SpanBertExtModel":
-        cfg = cls.checked_config(args, task)
-        return cls(args, cfg, pretraining=getattr(task, "spanbert_pretraining", False))
+    def pretraining_class(cls) -> type[RobertaExtModel]:
+        return SpanBertExtPretrainingModel
 
-    def forward(
-        self,
-        src_tokens: torch.Tensor,
-        features_only: bool = False,
-        return_all_hiddens: bool = False,
-        classification_head_name: Optional[str] = None,
-        masked_tokens: Optional[torch.Tensor] = None,
-        segment_labels: Optional[torch.Tensor] = None,
-        token_head_name: Optional[str] = None,
-        spanbert_targets: Optional[torch.Tensor] = None,
-        **unused: Any,
-    ):
-        """With ``spanbert_targets`` (the masked-LM targets), the MLM and SBO logits of the
-        masked tokens as a :class:`~roberta_ext.families.spanbert.SpanBertOutput`; otherwise
-        the usual encoder forward."""
-        if spanbert_targets is not None:
-            if spanbert.SBO_HEAD not in self._modules:
-                raise ValueError(
-                    "this spanbert_ext model has no span boundary head: it is built for "
-                    "pretraining only under --task roberta_ext_spanbert"
-                )
-            return spanbert.spanbert_forward(self, src_tokens, spanbert_targets, segment_labels=segment_labels)
-        return super().forward(
-            src_tokens,
-            features_only,
-            return_all_hiddens,
-            classification_head_name,
-            masked_tokens,
-            segment_labels,
-            token_head_name,
-            **unused,
-        )
+
+class SpanBertExtPretrainingModel(SpanBertExtModel, spanbert.SpanBertPretrainingModel):
+    """The encoder with its MLM head and span boundary head: the family's
+    :class:`~roberta_ext.families.spanbert.SpanBertPretrainingModel` (its module, its
+    ``pretraining_forward``), built from fairseq's options."""
+
+    def pretraining_model_options(self, args: Any) -> dict[str, Any]:
+        return {
+            "max_span_length": safe_getattr(args, "sbo_max_span_length", spanbert.DEFAULT_MAX_SPAN_LENGTH),
+            "position_dim": safe_getattr(args, "sbo_position_dim", None),
+        }
 
 
 @dataclass
@@ -108,8 +78,6 @@ class SpanBertTaskConfig(RobertaExtMLMConfig):
 @register_task("roberta_ext_spanbert", dataclass=SpanBertTaskConfig)
 class SpanBertTask(RobertaExtMLMTask):
     """SpanBERT pretraining data: span-masked batches (no sentence pairs, no NSP)."""
-
-    spanbert_pretraining = True  # read by SpanBertExtModel.build_model
 
 
 @dataclass
@@ -127,7 +95,7 @@ class SpanBertCriterion(FairseqCriterion):
         super().__init__(task)
 
     def forward(self, model: Any, sample: dict, reduce: bool = True):
-        output = model(**sample["net_input"], spanbert_targets=sample["target"])
+        output = model(**sample["net_input"], pretraining_targets=sample["target"])
         if not isinstance(output, spanbert.SpanBertOutput):
             raise TypeError(
                 "criterion 'roberta_ext_spanbert' needs --arch spanbert_ext_* with --task roberta_ext_spanbert"

@@ -40,6 +40,7 @@ from omegaconf import II, MISSING
 
 from ..data.tagging import IGNORE_INDEX, TokenLabels, num_label_classes
 from .datasets import SizedDataset
+from .dictionaries import load_dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -95,15 +96,11 @@ class TokenClassificationTask(FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: TokenClassificationConfig, **kwargs: Any) -> "TokenClassificationTask":
-        paths = {name: os.path.join(cfg.data, name, "dict.txt") for name in ("input0", "label")}
-        for path in paths.values():
-            if not os.path.isfile(path):
-                raise FileNotFoundError(
-                    f"no dictionary at {path!r}: DATA needs input0/ and label/, as written by "
-                    "roberta-ext prepare-tagging"
-                )
-        dictionary = Dictionary.load(paths["input0"])
-        labels = Dictionary.load(paths["label"])
+        needs = "input0/ and label/, as roberta-ext prepare-tagging writes them"
+        dictionary, labels = (
+            load_dictionary(os.path.join(cfg.data, name, "dict.txt"), task=cls, needs=needs)
+            for name in ("input0", "label")
+        )
         task = cls(cfg, dictionary, labels)
         logger.info(
             f"dictionary: {len(dictionary)} types; {task.num_labels} labels: "

@@ -37,8 +37,12 @@ from omegaconf import II, MISSING
 from ..data.masking import BatchMasker, MaskingConfig
 from ..data.word_starts import gpt2_word_starts
 from .datasets import EveryExampleDataset
+from .dictionaries import load_dictionary
 
 logger = logging.getLogger(__name__)
+
+PREPROCESSED = "fairseq-preprocess output: dict.txt and the splits' .bin/.idx"
+"""What the data folder of a pretraining task holds."""
 
 
 @dataclass
@@ -208,10 +212,7 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
         paths = utils.split_paths(cfg.data)
         if not paths:
             raise ValueError("--data (the positional DATA argument) is empty")
-        dict_path = os.path.join(paths[0], "dict.txt")
-        if not os.path.isfile(dict_path):
-            raise FileNotFoundError(f"no dictionary at {dict_path!r}: is {paths[0]!r} fairseq-preprocess output?")
-        dictionary = Dictionary.load(dict_path)
+        dictionary = load_dictionary(os.path.join(paths[0], "dict.txt"), task=cls, needs=PREPROCESSED)
         logger.info(f"dictionary: {len(dictionary)} types")
         return cls(cfg, dictionary)
 
@@ -284,9 +285,14 @@ class RobertaExtClassificationTask(SentencePredictionTask):
         self.mask_idx = data_dictionary.index("<mask>")
 
     @classmethod
-    def setup_task(cls, cfg: Any, **kwargs: Any) -> "RobertaExtClassificationTask":
-        check_classification_folder(cfg.data, regression=cfg.regression_target)
-        return super().setup_task(cfg, **kwargs)
+    def load_dictionary(cls, filename: str) -> Dictionary:
+        """``input0/dict.txt`` or ``label/dict.txt`` with ``<mask>`` added, as fairseq's task
+        loads them (its ``setup_task`` calls this), through the plugin's one loader."""
+        folder = os.path.basename(os.path.dirname(filename))
+        needs = CLASSIFICATION_FOLDERS.get(folder, f"{folder}/")
+        needs += ", written by fairseq-preprocess --only-source (or roberta-ext glue-preprocess)"
+        needs += "; see docs/fine-tuning.md"
+        return load_dictionary(filename, task=cls, needs=needs, mask=True)
 
     def load_dataset(self, split: str, combine: bool = False, **kwargs: Any) -> Any:
         super().load_dataset(split, combine=combine, **kwargs)
@@ -294,16 +300,8 @@ class RobertaExtClassificationTask(SentencePredictionTask):
         return self.datasets[split]
 
 
-def check_classification_folder(data: str, *, regression: bool) -> None:
-    """Say what is missing from a ``sentence_prediction`` data folder before fairseq's bare
-    ``FileNotFoundError`` would (its dictionaries are read first, the splits later)."""
-    needed = [("input0", "the binarized (first) sentences")]
-    if not regression:
-        needed.append(("label", "the binarized labels (for regression, pass --regression-target)"))
-    for folder, what in needed:
-        dict_txt = os.path.join(data, folder, "dict.txt")
-        if not os.path.isfile(dict_txt):
-            raise FileNotFoundError(
-                f"{dict_txt} does not exist: the data folder {data!r} needs {folder}/ with {what}, written by "
-                "fairseq-preprocess --only-source (or roberta-ext glue-preprocess); see docs/fine-tuning.md"
-            )
+CLASSIFICATION_FOLDERS = {
+    "input0": "input0/ with the binarized (first) sentences",
+    "label": "label/ with the binarized labels (for regression, pass --regression-target)",
+}
+"""What the folders of a ``sentence_prediction`` data folder hold whose dictionaries are read."""

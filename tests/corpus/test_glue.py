@@ -391,7 +391,7 @@ def test_unknown_task_and_missing_files_fail_before_any_work(glue_data, tmp_path
 
 
 def test_bpe_dir_must_hold_the_three_files(glue_data, tmp_path: Path, monkeypatch, capsys):
-    monkeypatch.setattr("roberta_ext.corpus.glue.check_fairseq", lambda why: None)  # no fairseq needed to get here
+    monkeypatch.setattr("roberta_ext.corpus.preparation.check_fairseq", lambda why: None)  # no fairseq needed here
     (tmp_path / "bpe").mkdir()
     (tmp_path / "bpe" / "encoder.json").write_text("{}")
     args = [str(glue_data), "RTE", "--destdir", str(tmp_path / "out"), "--bpe-dir", str(tmp_path / "bpe")]
@@ -402,7 +402,7 @@ def test_bpe_dir_must_hold_the_three_files(glue_data, tmp_path: Path, monkeypatc
 def test_offline_without_cached_bpe_says_which_file_and_where(glue_data, tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setenv("ROBERTA_EXT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("ROBERTA_EXT_OFFLINE", "1")
-    monkeypatch.setattr("roberta_ext.corpus.glue.check_fairseq", lambda why: None)  # no fairseq needed to get here
+    monkeypatch.setattr("roberta_ext.corpus.preparation.check_fairseq", lambda why: None)  # no fairseq needed here
     assert glue_preprocess_main([str(glue_data), "RTE", "--destdir", str(tmp_path / "out")]) == 1
     error = capsys.readouterr().err
     assert "cannot download https://dl.fbaipublicfiles.com/fairseq/gpt2_bpe/encoder.json to " in error

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from roberta_ext.corpus import CorpusError, glue
+from roberta_ext.corpus import CorpusError, glue, preparation
 from roberta_ext.corpus.binarize import PreprocessBatch
 from roberta_ext.corpus.glue import TASKS, GlueStats, glue_preprocess
 from roberta_ext.tokenizers.dictionary import DictionaryFormatError
@@ -114,9 +114,9 @@ class FairseqPreprocess:
 
 @pytest.fixture
 def fairseq_preprocess(monkeypatch) -> FairseqPreprocess:
-    monkeypatch.setattr(glue, "check_fairseq", lambda why: None)
+    monkeypatch.setattr(preparation, "check_fairseq", lambda why: None)
     stand_in = FairseqPreprocess()
-    monkeypatch.setattr(glue, "run_fairseq_preprocess", stand_in)
+    monkeypatch.setattr(preparation, "run_fairseq_preprocess", stand_in)
     return stand_in
 
 
@@ -366,7 +366,7 @@ def test_nothing_is_written_without_a_log(glue_dir, bpe_files, fairseq_preproces
 
 
 def test_missing_files_are_named_before_any_work(glue_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(glue, "check_fairseq", lambda why: pytest.fail("checked fairseq first"))
+    monkeypatch.setattr(preparation, "check_fairseq", lambda why: pytest.fail("checked fairseq first"))
     folder = tmp_path / "glue"
     shutil.copytree(glue_dir, folder)
     (folder / "RTE" / "dev.tsv").unlink()
@@ -411,7 +411,7 @@ def test_fairseq_is_required_with_the_reason(glue_dir, tmp_path, monkeypatch):
     def missing(why):
         raise CorpusError(f"fairseq is not installed: {why}")
 
-    monkeypatch.setattr(glue, "check_fairseq", missing)
+    monkeypatch.setattr(preparation, "check_fairseq", missing)
     message = (
         "fairseq is not installed: glue-preprocess binarizes with its fairseq-preprocess, as "
         "preprocess_GLUE_tasks.sh does"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from roberta_ext.corpus import CorpusError, multiple_choice
+from roberta_ext.corpus import CorpusError, preparation
 from roberta_ext.corpus.binarize import PreprocessBatch
 from roberta_ext.corpus.multiple_choice import (
     FORMATS,
@@ -697,7 +697,7 @@ class FakePreprocess:
 
 def test_binarizes_in_the_folder_being_built_and_logs_fairseqs_counts(tmp_path, bpe_files, writer, monkeypatch, capsys):
     fake = FakePreprocess(["text/valid.input1: 1 sents, 7 tokens, 0.0% replaced (by <unk>)", "text/test1.input0: 2 x"])
-    monkeypatch.setattr(multiple_choice, "run_fairseq_preprocess", fake)
+    monkeypatch.setattr(preparation, "run_fairseq_preprocess", fake)
     out, log = tmp_path / "mc", io.StringIO()
     splits = {"train": TRAIN, "valid": VALID, "test": TEST, "test1": TEST1}
     stats = prepare_multiple_choice(writer, bpe_files.dict_txt, splits, out, log=log, workers=2)
@@ -730,21 +730,21 @@ def test_binarizes_in_the_folder_being_built_and_logs_fairseqs_counts(tmp_path, 
 
 
 def test_without_a_log_nothing_is_printed(tmp_path, bpe_files, writer, monkeypatch, capsys):
-    monkeypatch.setattr(multiple_choice, "run_fairseq_preprocess", FakePreprocess(["text/train.input0: 3 sents"]))
+    monkeypatch.setattr(preparation, "run_fairseq_preprocess", FakePreprocess(["text/train.input0: 3 sents"]))
     prepare_multiple_choice(writer, bpe_files.dict_txt, {"train": TRAIN}, tmp_path / "o")
     assert capsys.readouterr() == ("", "")
 
 
 def test_a_split_name_with_a_colon_is_logged_whole(tmp_path, bpe_files, writer, monkeypatch):
     report = ["text/test: b.input0: 1 sents, 3 tokens, 0.0% replaced (by <unk>)"]
-    monkeypatch.setattr(multiple_choice, "run_fairseq_preprocess", FakePreprocess(report))
+    monkeypatch.setattr(preparation, "run_fairseq_preprocess", FakePreprocess(report))
     log = io.StringIO()
     prepare_multiple_choice(writer, bpe_files.dict_txt, {"test": TEST, "test: b": TEST1}, tmp_path / "o", log=log)
     assert log.getvalue() == "input0/test: b: 1 sents, 3 tokens, 0.0% replaced (by <unk>)\n"
 
 
 def test_progress_bars_go_to_stderr(tmp_path, bpe_files, writer, monkeypatch, capsys):
-    monkeypatch.setattr(multiple_choice, "run_fairseq_preprocess", FakePreprocess([]))
+    monkeypatch.setattr(preparation, "run_fairseq_preprocess", FakePreprocess([]))
     splits = {"train": TRAIN, "test": TEST}
     prepare_multiple_choice(writer, bpe_files.dict_txt, splits, tmp_path / "o", progress=True)
     out, err = capsys.readouterr()
@@ -845,7 +845,7 @@ def test_a_failing_binarization_leaves_nothing(tmp_path, bpe_files, writer, monk
     def fail(batches):
         raise CorpusError("fairseq-preprocess failed")
 
-    monkeypatch.setattr(multiple_choice, "run_fairseq_preprocess", fail)
+    monkeypatch.setattr(preparation, "run_fairseq_preprocess", fail)
     with raises("fairseq-preprocess failed"):
         prepare_multiple_choice(writer, bpe_files.dict_txt, {"train": TRAIN}, tmp_path / "o")
     assert list(tmp_path.iterdir()) == []

@@ -23,9 +23,9 @@ require("fairseq", "the tests run the plugin's models and fairseq-train")
 from fairseq import options  # (after the peer check)
 
 import roberta_ext.fairseq_plugin  # noqa: F401  (registers the models and architectures)
-from roberta_ext.fairseq_plugin.electra import ElectraExtModel
+from roberta_ext.fairseq_plugin.electra import ElectraExtPretrainingModel
 from roberta_ext.fairseq_plugin.models import RobertaExtModel
-from roberta_ext.fairseq_plugin.spanbert import SpanBertExtModel
+from roberta_ext.fairseq_plugin.spanbert import SpanBertExtPretrainingModel
 from roberta_ext.families import electra, preset, spanbert
 from roberta_ext.quickstart import stdlib_docstrings
 from roberta_ext.tokenizers import GPT2BPE
@@ -123,13 +123,13 @@ def test_electra_and_spanbert_pretraining_steps_run_under_autocast():
     targets = torch.full_like(tokens, PAD)
     targets[:, 1:3] = tokens[:, 1:3]  # two masked positions per row, a span
     steps = [
-        (ElectraExtModel, {"electra_targets": targets, "disallowed_ids": (PAD,)}, electra.ElectraOutput),
-        (SpanBertExtModel, {"spanbert_targets": targets}, spanbert.SpanBertOutput),
+        (ElectraExtPretrainingModel, {"pretraining_options": {"disallowed_ids": (PAD,)}}, electra.ElectraOutput),
+        (SpanBertExtPretrainingModel, {}, spanbert.SpanBertOutput),
     ]
     for model_class, kwargs, output_class in steps:
-        model = tiny(model_class, bf16=True, pretraining=True)
+        model = tiny(model_class, bf16=True)
         with LinearDtypes(model) as seen:
-            output = model(tokens, **kwargs)
+            output = model(tokens, pretraining_targets=targets, **kwargs)
         assert isinstance(output, output_class)
         assert torch.bfloat16 in seen.dtypes and torch.float32 not in seen.dtypes, model_class.__name__
         assert all(t.dtype == torch.float32 for t in floats(output)), model_class.__name__
