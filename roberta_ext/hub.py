@@ -232,14 +232,19 @@ class RobertaHubInterface(nn.Module):
         max_length: int | None = None,
         prompt: str | None = None,
         prompt_name: str | None = None,
+        truncate_dim: int | None = None,
     ) -> torch.Tensor:
         """Sentence embeddings ``(N, C)`` float32 of N texts, or pairs of texts (tuples), in
         their order, pooled as the model's own settings say (a sentence-transformers folder's:
         the same as ``SentenceTransformer(folder).encode(texts)``; else mean pooling) unless
-        ``pooling``/``normalize`` say otherwise. Options: :func:`roberta_ext.embedding.embed`.
+        ``pooling``/``normalize`` say otherwise; ``truncate_dim`` keeps the first that many values
+        (Matryoshka, as sentence-transformers' ``truncate_dim``). Options:
+        :func:`roberta_ext.embedding.embed`.
 
         >>> roberta.embed(["Hello world!", "Hi"], normalize=True).shape        # doctest: +SKIP
         torch.Size([2, 768])
+        >>> roberta.embed(["Hello world!"], truncate_dim=256).shape             # doctest: +SKIP
+        torch.Size([1, 256])
         """
         from .embedding.embedder import embed
 
@@ -255,6 +260,7 @@ class RobertaHubInterface(nn.Module):
             max_length=max_length,
             prompt=prompt,
             prompt_name=prompt_name,
+            truncate_dim=truncate_dim,
         )
 
     def similarity(self, a: torch.Tensor | str | Sequence[str], b: torch.Tensor | str | Sequence[str]) -> torch.Tensor:

@@ -184,6 +184,12 @@ def _add_embedding_arguments(group: argparse._ArgumentGroup) -> None:
         metavar="N",
         help="truncate inputs to N tokens (default: the model's max_seq_length, else its max_positions)",
     )
+    group.add_argument(
+        "--truncate-dim",
+        type=positive_int,
+        metavar="N",
+        help="keep the first N values of each embedding (Matryoshka; default: the folder's truncate_dim, else all)",
+    )
     prompt = group.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", metavar="TEXT", help="prepend TEXT to every text")
     prompt.add_argument("--prompt-name", metavar="NAME", help="prepend the model's prompt NAME")
@@ -241,6 +247,7 @@ def _embedder(args: argparse.Namespace) -> Embedder:
             max_length=args.max_length,
             prompt=args.prompt,
             prompt_name=args.prompt_name,
+            truncate_dim=args.truncate_dim,
             max_tokens=args.max_tokens,
         )
     except (KeyError, ValueError) as error:  # an option the model cannot take: one line, naming it

@@ -159,6 +159,13 @@ def test_truncate_dim_from_the_folder_and_as_an_argument(tmp_path, modernbert_di
     reloaded = quiet(st.SentenceTransformer, str(tmp_path / "plain"), device="cpu", truncate_dim=7)
     close(embed(hub.model, hub.inputs, hub.sentence_embedding, MIXED, truncate_dim=7), encode(reloaded, MIXED))
     close(Embedder.for_hub(hub, truncate_dim=7).embed(MIXED), encode(plain, MIXED)[:, :7])
+    close(hub.embed(MIXED, truncate_dim=7), encode(reloaded, MIXED))  # the hub's door
+    source, out = tmp_path / "texts.txt", tmp_path / "cut.npy"  # the command's door
+    source.write_text("".join(f"{text.strip()}\n" for text in SHORT if text.strip()), encoding="utf-8")
+    argv = [str(tmp_path / "plain"), "--input", str(source), "--output", str(out), "--truncate-dim", "7"]
+    assert embed_main([*argv, "--no-progress"]) == 0
+    expected = encode(reloaded, [text.strip() for text in SHORT if text.strip()])
+    np.testing.assert_allclose(np.load(out), expected.numpy(), atol=ATOL, rtol=ATOL)
     with pytest.raises(ValueError, match="^truncate_dim must be a positive number of dimensions, got 0$"):
         embed(hub.model, hub.inputs, hub.sentence_embedding, SHORT, truncate_dim=0)
 

@@ -194,14 +194,6 @@ def test_example_inputs_hold_no_padding_symbol_among_the_real_tokens(classifier)
 # ----------------------------------------------------------------------------- torch.export
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=torch._dynamo.exc.UserError,
-    reason="roberta_ext/modeling/encoder.py TransformerEncoder.attention_inputs evaluates "
-    "`window + 1 < x.shape[1] and not attends_blockwise(...)` (unpadded_band) before it knows whether the "
-    "batch has a padding mask: torch.export records it as a guard on the sequence length (6 <= length <= 15) "
-    "and refuses the dynamic axis. Evaluated only when padding_mask is None, it exports.",
-)
 def test_torch_export_equals_eager_with_the_window_in_the_graph(st_folder, tmp_path):
     folder, _ = st_folder
     hub = roberta_ext.from_pretrained(str(folder))
