@@ -156,3 +156,31 @@ def test_save_transformers_writes_a_folder_transformers_reads_with_the_same_ids_
     assert (logits - expected).abs().max() <= 1e-4
     again = roberta_ext.from_pretrained(str(folder))
     assert isinstance(again.tokenizer, HFTokenizer) and again.dictionary.symbols == hub.dictionary.symbols
+
+
+def test_the_server_serves_the_family_as_the_hub_answers(hub, peer, fast):
+    """``roberta-ext serve`` on a ModernBERT folder: ``/embed`` gives the hub's embeddings (texts
+    longer than the window, batched together), ``/fill_mask`` takes ``[MASK]`` and answers as the
+    fill-mask pipeline, ``/tokenize`` gives the hub's ids, ``/info`` names the family."""
+    import httpx
+
+    from tests.serve.conftest import serving
+
+    texts = ["Paris.", "The capital of France is Paris, and the capital of Italy is Rome, " * 4]
+    with serving(hub) as (url, _):
+        embedded = httpx.post(f"{url}/embed", json={"inputs": texts}, timeout=60)
+        filled = httpx.post(f"{url}/fill_mask", json={"inputs": "The capital of France is [MASK].", "top_k": 3})
+        tokens = httpx.post(f"{url}/tokenize", json={"inputs": texts[1]}, timeout=60)
+        info = httpx.get(f"{url}/info").json()
+    assert embedded.status_code == 200, embedded.text
+    assert torch.allclose(torch.tensor(embedded.json()), hub.embed(texts, normalize=True), atol=1e-5)
+    assert len(hub.encode(texts[1])) > 3 * 8  # past the window of 8
+    assert filled.status_code == 200, filled.text
+    pipeline = transformers.pipeline("fill-mask", model=peer, tokenizer=fast, device="cpu")
+    theirs = pipeline("The capital of France is [MASK].", top_k=3)
+    assert [answer["token_str"] for answer in filled.json()] == [
+        fast.decode([t["token"]], clean_up_tokenization_spaces=False) for t in theirs
+    ]
+    assert [abs(answer["score"] - t["score"]) <= 1e-4 for answer, t in zip(filled.json(), theirs)] == [True] * 3
+    assert [token["id"] for token in tokens.json()[0]] == hub.encode(texts[1]).tolist()
+    assert info["family"] == "modernbert" and info["mask_token"] == "[MASK]"
