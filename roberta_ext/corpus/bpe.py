@@ -51,6 +51,7 @@ __all__ = [
     "EncodeStats",
     "TrainedBPE",
     "bpe_encode_files",
+    "encode_chunk",
     "build_fairseq_dictionary",
     "train_bpe_files",
 ]
@@ -75,10 +76,16 @@ class EncodeStats:
     """Bytes read from all inputs."""
 
 
-def _encode_chunk(bpe: GPT2BPE, chunk: Chunk, *, keep_empty: bool) -> tuple[list[bytes], int]:
-    """One chunk as fairseq's ``MultiprocessingEncoder.encode_lines`` would, row by row.
+def encode_chunk(bpe: GPT2BPE, chunk: Chunk, *, keep_empty: bool) -> tuple[list[bytes], int]:
+    """One chunk as fairseq's ``MultiprocessingEncoder.encode_lines`` would, row by row: the
+    unit of work ``bpe-encode``'s and ``glue-preprocess``'s worker processes share.
 
-    Returns each output's text (ASCII: digits, spaces, newlines) and the number of dropped rows.
+    Returns each output's text (ASCII: digits, spaces, newlines) and the number of dropped rows
+    (a row with an empty text, unless ``keep_empty``).
+
+    >>> chunk = Chunk(first_line=1, columns=[[b"Hello"], [b""]])  # doctest: +SKIP
+    >>> encode_chunk(bpe, chunk, keep_empty=False)  # doctest: +SKIP
+    ([b'', b''], 1)
     """
     encoded: list[list[str]] = [[] for _ in chunk.columns]
     filtered = 0
@@ -172,7 +179,7 @@ def bpe_encode_files(
                     dynamic_ncols=True,
                 )
             )
-            job = partial(_encode_chunk, keep_empty=keep_empty)
+            job = partial(encode_chunk, keep_empty=keep_empty)
             try:
                 for chunk, (texts, filtered) in runner.map(job, read_chunks(sources, chunk_rows=chunk_rows)):
                     for write, text in zip(writers, texts):

@@ -61,7 +61,7 @@ from .._text import counted, undecodable
 from ..tokenizers.dictionary import Dictionary
 from ..tokenizers.gpt2_bpe import GPT2BPE
 from .binarize import PreprocessBatch
-from .bpe import OUTPUT_NAMES, _encode_chunk
+from .bpe import OUTPUT_NAMES, encode_chunk
 from .pool import OrderedRunner
 from .preparation import Preparation, check_dictionary
 from .reading import CorpusError, InputFile, read_chunks
@@ -528,7 +528,7 @@ def _cut_task(task: GlueTask, glue_dir: Path, destdir: Path, building: Path) -> 
 
 def _encode_task(job: _TaskJob, runner: OrderedRunner, bar: tqdm) -> None:
     """``{stem}.raw.inputN`` -> ``{stem}.inputN``, as ``multiprocessing_bpe_encoder.py --keep-empty``."""
-    encode = partial(_encode_chunk, keep_empty=True)
+    encode = partial(encode_chunk, keep_empty=True)
     text_dir = job.building / _TEXT
     columns = len(job.task.input_columns)
     for text in job.texts:
