@@ -1,6 +1,7 @@
 """The fairseq plugin: registers the ``roberta_ext``, ``electra_ext`` and ``spanbert_ext`` models
-and their architectures, and the ``roberta_ext_<objective>`` tasks and criteria (every name follows
-the rule of :mod:`.naming`); makes fairseq's checkpoint loader work under torch 2.13 (see
+and their architectures, the ``roberta_ext_<objective>`` tasks and criteria, the optimizer
+``roberta_ext_stable_adamw`` and the scheduler ``roberta_ext_warmup_stable_decay`` (ModernBERT's
+recipe; every name follows the rule of :mod:`.naming`); makes fairseq's checkpoint loader work under torch 2.13 (see
 :mod:`.checkpoint_compat`) and stops fairseq's prefetch threads cleanly at exit (see
 :mod:`.shutdown`).
 
@@ -9,14 +10,16 @@ or explicitly: ``import roberta_ext.fairseq_plugin``. This package is the only o
 fairseq.
 """
 
-from . import (  # noqa: F401,E402  (electra_ext, spanbert_ext, roberta_ext_*)  # noqa: F401,E402  (roberta_ext_sentence_pair_mlm, ..._token_classification)
+from . import (  # noqa: F401  (each registers its models, tasks, criteria, optimizer or scheduler)
     checkpoint_compat,
     criterions,
     dictionaries,
     electra,
+    lr_schedulers,
     models,
     multiple_choice,
     naming,
+    optim,
     question_answering,
     sentence_pairs,
     shutdown,

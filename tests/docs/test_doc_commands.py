@@ -135,6 +135,18 @@ STAND_INS = (
         prepare="mkdir -p roberta.large\ncp my_model/model.pt roberta.large/model.pt",
     ),
     # BERT and ALBERT pretraining: token classification restores checkpoints/bert.
+    # ModernBERT's recipe (StableAdamW, warmup-stable-decay), small, on the page's data; its own save dir.
+    StandIn("pretraining.md", "--arch modernbert_ext_base", append=PRETRAIN_SMALL),
+    StandIn(
+        "pretraining.md",
+        "--config-name modernbert_base",
+        append=(
+            "common.cpu=true dataset.num_workers=0 dataset.batch_size=8 'optimization.update_freq=[1]' "
+            "optimization.max_update=3 lr_scheduler.warmup_updates=1 lr_scheduler.decay_updates=1 "
+            "task.tokens_per_sample=64 model.encoder_layers=2 model.encoder_embed_dim=64 "
+            "model.encoder_ffn_embed_dim=128 model.encoder_attention_heads=4 model.max_positions=64"
+        ),
+    ),
     StandIn("bert-albert.md", "--save-dir checkpoints/bert", drop=("--fp16",), append=PRETRAIN_SMALL),
     StandIn("bert-albert.md", "--save-dir checkpoints/albert", drop=("--fp16",), append=PRETRAIN_SMALL),
     StandIn("bert-albert.md", "--save-dir checkpoints/ner", append=FINETUNE_SMALL),
@@ -453,6 +465,8 @@ PROMISES: dict[str, list[tuple[str, str]]] = {
         ("checkpoints/checkpoint_best.pt", ""),
         ("checkpoints/checkpoint_last.pt", ""),
         ("checkpoints-hydra/checkpoint_last.pt", ""),
+        ("checkpoints-modernbert/checkpoint_last.pt", ""),
+        ("checkpoints-modernbert-hydra/checkpoint_last.pt", ""),
         ("checkpoints-base/checkpoint_last.pt", ""),
         ("checkpoints-base-hydra/checkpoint_last.pt", ""),
         ("train.rank0.log", "distributed init (rank 0)"),
