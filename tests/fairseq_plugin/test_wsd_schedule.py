@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,8 +28,7 @@ from roberta_ext.fairseq_plugin.optim import FairseqStableAdamW, StableAdamWConf
 from roberta_ext.families import get_family  # noqa: E402
 from roberta_ext.modeling import EncoderConfig  # noqa: E402
 from roberta_ext.modeling.config import FAIRSEQ_NAMES  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
-from tests.fairseq_plugin.tools import USER_DIR, log_records, preprocess  # noqa: E402
+from tests.fairseq_plugin.tools import USER_DIR, log_records, preprocess, run  # noqa: E402
 
 
 def formula(n: int, *, lr, warmup, total, decay, final=0.0, shape="one_minus_sqrt") -> float:
@@ -113,30 +109,10 @@ def test_impossible_schedules_name_the_option(options, message):
 
 # ------------------------------------------------------------------ fairseq-train with the recipe
 
-CLI = """
-import sys
-from fairseq_cli.{module} import cli_main  # first: it sets up fairseq's log format
-# The plugin registers the components its __init__ imports; these two are imported here in case it
-# does not (yet).
-import roberta_ext.fairseq_plugin.lr_schedulers, roberta_ext.fairseq_plugin.optim
-sys.argv[0] = "{script}"
-cli_main()
-"""
-
 
 def fairseq(script: str, *args: str, cwd: Path) -> str:
-    """``fairseq-train`` or ``fairseq-hydra-train`` with ``args``, this repository importable; its
-    output, or a failure with it."""
-    module = {"fairseq-train": "train", "fairseq-hydra-train": "hydra_train"}[script]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    code = CLI.format(module=module, script=script)
-    result = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600
-    )
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise AssertionError(f"{script} failed ({result.returncode}):\n{output[-6000:]}")
-    return output
+    """``fairseq-train`` or ``fairseq-hydra-train`` with ``args`` (:func:`tools.run`); its output."""
+    return run(script, *args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
