@@ -10,6 +10,8 @@ tokenizing, with dynamic batching; a door onto the same features as the hub and 
 * :mod:`.errors` — :class:`RequestError`, and the HTTP status of each library error, by class;
 * :mod:`.worker` — :class:`BatchingWorker`: a bounded queue and one model thread that batches
   requests by a padded-token budget and scatters the results back;
+* :mod:`.admission` — each request's expected wait, from the tokens queued ahead of it and the
+  measured rate: one that would time out is refused 429 at once;
 * :mod:`.options` — :class:`ServeOptions`, every setting declared once;
 * :mod:`.metrics`, :mod:`.openapi` — ``GET /metrics`` and ``GET /openapi.json`` (derived from the models).
 
@@ -25,7 +27,7 @@ every command. See docs/serving.md.
 from .app import Server, create_app, run
 from .errors import RequestError
 from .options import ServeOptions
-from .worker import BatchingWorker, Job, Overloaded, ShuttingDown, Task
+from .worker import BatchingWorker, Job, Overloaded, ShuttingDown, Task, WouldTimeOut
 
 __all__ = [
     "BatchingWorker",
@@ -36,6 +38,7 @@ __all__ = [
     "Server",
     "ShuttingDown",
     "Task",
+    "WouldTimeOut",
     "create_app",
     "run",
 ]

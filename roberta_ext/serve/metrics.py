@@ -14,7 +14,14 @@ process, as in the tests, never mix their counts).
   and ``roberta_ext_batch_rows`` (requests and inputs per forward pass),
   ``roberta_ext_batch_tokens`` (padded tokens per forward pass), ``roberta_ext_batch_duration_seconds``;
 * how fast the model runs: ``roberta_ext_tokens_total`` (``rate()`` of it is tokens/s over any
-  window) and ``roberta_ext_tokens_per_second`` (the last forward pass's rate).
+  window) and ``roberta_ext_tokens_per_second`` (the last forward pass's rate);
+* how admission does (:mod:`.admission`): ``roberta_ext_admitted_requests_total`` (work queued
+  for the model), ``roberta_ext_refused_requests_total{reason}`` (``slots``: every slot taken;
+  ``expected_wait``: it would not be done within the timeout), ``roberta_ext_estimated_tokens_
+  per_second{task}`` (the moving rate each kind of work is estimated at) and
+  ``roberta_ext_wait_estimate_error_seconds`` (a request's time from queued to done less the
+  time expected when it was queued, for requests queued with a rate known: a histogram with
+  negative buckets, so without ``_sum``; ``le="0"`` counts those done no later than expected).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+ERROR_BUCKETS = (-10.0, -5.0, -2.5, -1.0, -0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Seconds a request took more (positive) or less (negative) than it was expected to."""
 
 
 class ServerMetrics:
@@ -77,6 +86,28 @@ class ServerMetrics:
         self.tokens = Counter("roberta_ext_tokens", "Tokens run through the model (padding not counted)", registry=r)
         self.tokens_per_second = Gauge(
             "roberta_ext_tokens_per_second", "Tokens per second of the last forward pass", registry=r
+        )
+        self.admitted = Counter(
+            "roberta_ext_admitted_requests", "Requests whose work was queued for the model", registry=r
+        )
+        self.refused = Counter(
+            "roberta_ext_refused_requests",
+            "Requests refused 429 before any work: every slot taken (slots), or not to be done within "
+            "the timeout at the estimated rate (expected_wait)",
+            ["reason"],
+            registry=r,
+        )
+        self.estimated_tokens_per_second = Gauge(
+            "roberta_ext_estimated_tokens_per_second",
+            "The moving estimate of the model's rate, by kind of work, that admission uses",
+            ["task"],
+            registry=r,
+        )
+        self.wait_estimate_error = Histogram(
+            "roberta_ext_wait_estimate_error_seconds",
+            "A request's time from queued to done, less the time expected when it was queued",
+            buckets=ERROR_BUCKETS,
+            registry=r,
         )
 
     def render(self) -> bytes:

@@ -108,6 +108,21 @@ def _valid_unicode(text: str) -> str:
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 
 
+def _integral(value: object) -> object:
+    """JSON has one number type and JSON Schema's ``integer`` is any number without a fraction:
+    ``5.0`` is the integer 5 (a client's JSON library may write it so), ``5.5`` and ``true`` are not."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def integer(**constraints: Any) -> Any:
+    """An integer within ``constraints`` (``Field``'s ``ge``, ``le``, ...), as JSON Schema's
+    ``integer`` is (strict otherwise: no string, no boolean). The constraints come before the
+    validator: after it, pydantic would check them but leave them out of the JSON schema."""
+    return Annotated[int, Field(**constraints), BeforeValidator(_integral)]
+
+
 def _shape(value: object) -> str | None:
     """``text``, ``list`` (of anything but lists, or empty) or ``nested`` (a list of lists)."""
     if isinstance(value, str):
@@ -249,11 +264,11 @@ def _masked_texts(limits: RouteLimits) -> Any:
 def _ids(limits: RouteLimits) -> Any:
     """``/decode``'s ids: ids of the vocabulary that stand for text, one list or several."""
     not_text = {"not": {"enum": list(limits.textless_ids)}} if limits.textless_ids else None
-    token_id = Annotated[int, Field(ge=0, le=limits.vocab_size - 1, json_schema_extra=not_text)]
-    row = Annotated[list[token_id], BeforeValidator(_list("a list of ids"))]
+    token_id = integer(ge=0, le=limits.vocab_size - 1, json_schema_extra=not_text)
+    row = Annotated[list[token_id], BeforeValidator(_list("a list of ids"))]  # type: ignore[valid-type]
     return one_of(
         "a list of ids or a list of such lists",
-        list=Annotated[list[token_id], Field(min_length=1)],
+        list=Annotated[list[token_id], Field(min_length=1)],  # type: ignore[valid-type]
         nested=Annotated[list[row], Field(min_length=1, max_length=limits.max_items)],
     )
 
@@ -269,7 +284,7 @@ def request_models(
         Annotated[Literal["right", "Right"], BeforeValidator(_lowercase)], "right", "where inputs are cut: right"
     )
     prompt_name = _optional(_choice(limits.prompts), None, "one of the model's prompts, prepended to each text")
-    width = Annotated[int, Field(ge=1, le=limits.dimension)]
+    width = integer(ge=1, le=limits.dimension)
 
     def model(name: str, **fields: Any) -> type[BaseModel]:
         return create_model(name, __base__=Body, **fields)
@@ -305,7 +320,7 @@ def request_models(
         "/fill_mask": model(
             "FillMaskRequest",
             inputs=(_masked_texts(limits), ...),
-            top_k=_optional(Annotated[int, Field(ge=1, le=limits.max_top_k)], 5, "fillings per text"),
+            top_k=_optional(integer(ge=1, le=limits.max_top_k), 5, "fillings per text"),
         ),
         "/tokenize": model(
             "TokenizeRequest",

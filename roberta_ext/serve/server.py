@@ -39,7 +39,7 @@ from .metrics import ServerMetrics
 from .options import ServeOptions
 from .schemas import RouteLimits, request_models
 from .validation import parse_json_object, validated
-from .worker import BatchingWorker, Job, Overloaded, Results, ShuttingDown, Slot, Task
+from .worker import BatchingWorker, Job, Overloaded, Results, ShuttingDown, Slot, Task, WouldTimeOut
 
 __all__ = ["JSONAnswer", "Server"]
 
@@ -201,9 +201,10 @@ class Server:
     def refusal(self, error: Overloaded | ShuttingDown) -> RequestError:
         if isinstance(error, ShuttingDown):
             return RequestError(503, str(error), kind="Unhealthy")
-        return RequestError(
-            429, str(error), kind="Overloaded", headers={"Retry-After": str(self.options.retry_after_s)}
-        )
+        # Refused on the expected wait: when it would fit, from the same estimate; else (every
+        # slot taken, before the body is read) the configured --retry-after.
+        wait = error.retry_after_s if isinstance(error, WouldTimeOut) else self.options.retry_after_s
+        return RequestError(429, str(error), kind="Overloaded", headers={"Retry-After": str(wait)})
 
     def drain(self) -> None:
         """Shutdown has begun (uvicorn stopped accepting): a request whose body has not all
@@ -262,12 +263,14 @@ class Server:
 
     async def compute(self, task: Task, items: Sequence[Any], lengths: Sequence[int]) -> Results:
         """Queue the items for the worker, in the request's slot, and wait for their results,
-        within ``timeout_s``. A job whose request ends first (timed out, or its client hung up)
-        is cancelled: the worker skips it if it has not begun, and the slot is freed at once."""
+        within ``timeout_s``: 429 at once, before any model work, when the work queued ahead
+        would not let them be done in time (:class:`~roberta_ext.serve.worker.WouldTimeOut`).
+        A job whose request ends first (timed out, or its client hung up) is cancelled: the
+        worker skips it if it has not begun, and the slot is freed at once."""
         admitted = _admitted.get()
         job = Job(task, items, lengths)
         try:
-            self.worker.submit(job, slot=admitted[0] if admitted is not None else None)
+            self.worker.submit(job, slot=admitted[0] if admitted is not None else None, within=self.options.timeout_s)
         except (Overloaded, ShuttingDown) as error:
             raise self.refusal(error) from None
         # Most answers come at once; one still waiting after a moment watches its connection, so

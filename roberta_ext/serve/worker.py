@@ -24,10 +24,15 @@ memory stays bounded. The server takes a request's :class:`Slot` with
 answered 429 with ``Retry-After``) costs no parsing and no tokenizing: under a storm of retrying
 clients the event loop stays free for the admitted requests and the model stays busy. The slot
 is released when the request ends, however it ends. A job submitted without a slot takes one of
-its own, released when its future is done. A job whose request ended (a timeout, or a client
-gone, cancels its future) leaves the queue at once; one already running finishes. A failing
-batch fails only its own requests: a batch of several requests that raises is run again one
-request at a time, so only the request that fails gets the error, and the worker goes on.
+its own, released when its future is done. A job submitted ``within`` a timeout is refused
+(:class:`WouldTimeOut`, answered 429 with a ``Retry-After`` from the estimate) when the work
+queued ahead of it, at the rate its kind of work has run lately (:mod:`.admission`, updated as
+each batch finishes), would not let it be done in time: the request gets its answer at once
+rather than a 504 after the whole timeout, and the model's time goes to requests it can finish.
+A job whose request ended (a timeout, or a client gone, cancels its future) leaves the queue at
+once; one already running finishes. A failing batch fails only its own requests: a batch of
+several requests that raises is run again one request at a time, so only the request that fails
+gets the error, and the worker goes on.
 :meth:`~BatchingWorker.stop` refuses new jobs, finishes every accepted one, then ends the thread.
 """
 
@@ -37,7 +42,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -46,9 +51,10 @@ from typing import Any
 import torch
 
 from ..errors import RobertaExtError
+from .admission import Expected, TokenRate, expected_wait, retry_after
 from .metrics import ServerMetrics
 
-__all__ = ["BatchingWorker", "Job", "Overloaded", "Results", "ShuttingDown", "Slot", "Task"]
+__all__ = ["BatchingWorker", "Job", "Overloaded", "Results", "ShuttingDown", "Slot", "Task", "WouldTimeOut"]
 
 Results = Sequence[Any] | torch.Tensor
 """What a task gives for N items: anything sliced along its first axis (a list, a tensor ``(N, ...)``)."""
@@ -58,6 +64,15 @@ logger = logging.getLogger("roberta_ext.serve")
 
 class Overloaded(RobertaExtError):
     """The queue is full: the request is refused at once (HTTP 429)."""
+
+
+class WouldTimeOut(Overloaded):
+    """The work queued ahead of a job would keep it past its timeout: refused at once (HTTP 429),
+    with the seconds after which it would fit (:attr:`retry_after_s`, ``Retry-After``)."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ShuttingDown(RobertaExtError):
@@ -73,6 +88,12 @@ class Task:
     key: Hashable
     compute: Callable[[Sequence[Any]], Results]
 
+    @property
+    def kind(self) -> Hashable:
+        """The kind of work, whose rate is measured apart (``"embed"`` of ``("embed", ...)``):
+        the key's first element, or the key itself."""
+        return self.key[0] if isinstance(self.key, tuple) and self.key else self.key
+
 
 @dataclass(eq=False)
 class Job:
@@ -84,6 +105,8 @@ class Job:
     lengths: Sequence[int]
     future: Future[Results] = field(default_factory=Future)
     queued_at: float = field(default_factory=time.monotonic)
+    expected: Expected | None = None
+    """How long it was expected to take when it was queued (``None``: its kind had no rate yet)."""
 
     def __post_init__(self) -> None:
         if len(self.items) != len(self.lengths) or not self.items:
@@ -114,6 +137,8 @@ class BatchingWorker:
     >>> job = worker.submit(Job(double, [1, 2, 3], [1, 1, 1]))
     >>> list(job.future.result(timeout=10))
     [2, 4, 6]
+    >>> worker.token_rate("double") > 0  # measured: later jobs are admitted by their expected wait
+    True
     >>> worker.stop()
     """
 
@@ -133,6 +158,9 @@ class BatchingWorker:
         self.metrics = metrics or ServerMetrics()
         self._pending: deque[Job] = deque()
         self._in_flight = 0  # slots held: requests in progress, and jobs submitted without one
+        self._rates: dict[Hashable, TokenRate] = {}  # of each kind of work, as its batches finish
+        self._queued_tokens: defaultdict[Hashable, int] = defaultdict(int)  # in _pending, by kind
+        self._running: tuple[Hashable, int, float] | None = None  # the batch's kind, tokens, start
         self._stopping = False
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -149,6 +177,35 @@ class BatchingWorker:
         """Jobs waiting for the worker (the one running not counted)."""
         return len(self._pending)
 
+    def token_rate(self, kind: Hashable) -> float | None:
+        """Tokens per second the work of ``kind`` (:attr:`Task.kind`) has run at lately; ``None``
+        before its first batch."""
+        with self._condition:
+            rate = self._rates.get(kind)
+            return None if rate is None else rate.tokens_per_second
+
+    def expected(self, task: Task, tokens: int) -> Expected | None:
+        """How long a job of ``task`` and ``tokens`` queued now would take (:mod:`.admission`);
+        ``None`` while its kind has no measured rate."""
+        with self._condition:
+            return self._expected(task.kind, tokens)
+
+    def _expected(self, kind: Hashable, tokens: int) -> Expected | None:
+        rate = self._rates.get(kind)
+        if rate is None or rate.tokens_per_second is None:
+            return None
+        running_s = 0.0
+        if self._running is not None:  # what is left of the batch running, at its kind's rate
+            running_kind, running_tokens, started = self._running
+            per_second = self._rates[running_kind].tokens_per_second if running_kind in self._rates else None
+            if per_second is not None:
+                running_s = max(0.0, running_tokens / per_second - (time.monotonic() - started))
+        for other, queued in self._queued_tokens.items():  # other kinds' work, at their own rates
+            per_second = self._rates[other].tokens_per_second if other in self._rates else None
+            if other != kind and queued and per_second is not None:
+                running_s += queued / per_second
+        return expected_wait(ahead_tokens=self._queued_tokens[kind], own_tokens=tokens, rate=rate, running_s=running_s)
+
     def admit(self) -> Slot:
         """A slot for one request, taken before any of its work; :class:`Overloaded` at once when
         ``max_concurrent_requests`` are held, :class:`ShuttingDown` once :meth:`stop` was called.
@@ -157,6 +214,7 @@ class BatchingWorker:
             if self._stopping or self._thread is None:
                 raise ShuttingDown("the server is shutting down")
             if self._in_flight >= self.max_concurrent_requests:
+                self.metrics.refused.labels("slots").inc()
                 raise Overloaded(
                     f"the model is overloaded: all request slots are taken "
                     f"(--max-concurrent-requests {self.max_concurrent_requests})"
@@ -164,15 +222,32 @@ class BatchingWorker:
             self._in_flight += 1
             return Slot(self)
 
-    def submit(self, job: Job, *, slot: Slot | None = None) -> Job:
+    def submit(self, job: Job, *, slot: Slot | None = None, within: float | None = None) -> Job:
         """Queue ``job``, the work of the request holding ``slot``; without one, the job takes a
-        slot of its own (:meth:`admit`), released when its future is done. :class:`ShuttingDown`
-        once :meth:`stop` was called. A job cancelled before it runs leaves the queue at once."""
+        slot of its own (:meth:`admit`), released when its future is done. With ``within`` (its
+        timeout, in seconds), :class:`WouldTimeOut` when the work ahead of it, at the measured
+        rate, would not let it be done in time (never while its kind has no rate yet, nor with
+        nothing ahead of it). :class:`ShuttingDown` once :meth:`stop` was called. A job
+        cancelled before it runs leaves the queue at once."""
+        tokens = sum(job.lengths)
         with self._condition:
             if self._stopping or self._thread is None:
                 raise ShuttingDown("the server is shutting down")
+            job.expected = self._expected(job.task.kind, tokens)
+            if within is not None and job.expected is not None and job.expected.too_late(within):
+                self.metrics.refused.labels("expected_wait").inc()
+                wait = retry_after(job.expected, within)
+                raise WouldTimeOut(
+                    f"the model is overloaded: this request would take about {job.expected.done_s:.1f} s "
+                    f"({self._queued_tokens[job.task.kind]} tokens queued ahead of its {tokens}, at "
+                    f"{self._rates[job.task.kind].tokens_per_second:.0f} tokens/s), more than the timeout of "
+                    f"{within:g} s; retry after {wait} s",
+                    retry_after_s=wait,
+                )
             own = self.admit() if slot is None else None
             self._pending.append(job)
+            self._queued_tokens[job.task.kind] += tokens
+            self.metrics.admitted.inc()
             self.metrics.queue_depth.set(len(self._pending))
             self._condition.notify()
         job.future.add_done_callback(lambda future: self._done(job, own))
@@ -187,15 +262,19 @@ class BatchingWorker:
             if job.future.cancelled():
                 with contextlib.suppress(ValueError):  # taken by the worker already, and skipped
                     self._pending.remove(job)
+                    self._queued_tokens[job.task.kind] -= sum(job.lengths)
                 self.metrics.queue_depth.set(len(self._pending))
 
     # ------------------------------------------------------------------------ the thread
 
     def start(self) -> None:
-        """Start the worker thread (once)."""
+        """Start the worker thread; again once a :meth:`stop` has ended it (an ASGI app's
+        lifespan may run more than once: a test client entered twice, a server restarted in
+        process)."""
         with self._condition:
-            if self._thread is not None:
+            if self._thread is not None and self._thread.is_alive():
                 raise RuntimeError("the worker was started already")
+            self._stopping = False
             self._thread = threading.Thread(target=self._loop, name="roberta-ext-model-worker", daemon=True)
             self._thread.start()
 
@@ -234,9 +313,13 @@ class BatchingWorker:
                 if not self._pending:
                     return None
                 batch = self._select()
+                for job in batch:
+                    self._queued_tokens[job.task.kind] -= sum(job.lengths)
                 self.metrics.queue_depth.set(len(self._pending))
                 running = [job for job in batch if job.future.set_running_or_notify_cancel()]
                 if running:
+                    tokens = sum(sum(job.lengths) for job in running)
+                    self._running = (running[0].task.kind, tokens, time.monotonic())
                     return running
 
     def _select(self) -> list[Job]:
@@ -287,6 +370,18 @@ class BatchingWorker:
     def _record(self, batch: list[Job], seconds: float) -> None:
         lengths = [length for job in batch for length in job.lengths]
         tokens = sum(lengths)
+        done = time.monotonic()
+        with self._condition:
+            self._running = None
+            if all(job.future.exception() is None for job in batch):  # a failed batch measures no rate
+                kind = batch[0].task.kind
+                rate = self._rates.setdefault(kind, TokenRate())
+                rate.update(tokens=tokens, seconds=seconds)
+                if rate.tokens_per_second is not None:
+                    self.metrics.estimated_tokens_per_second.labels(str(kind)).set(rate.tokens_per_second)
+        for job in batch:
+            if job.expected is not None and job.future.exception() is None:
+                self.metrics.wait_estimate_error.observe((done - job.queued_at) - job.expected.done_s)
         self.metrics.batch_requests.observe(len(batch))
         self.metrics.batch_rows.observe(len(lengths))
         self.metrics.batch_tokens.observe(len(lengths) * max(lengths))

@@ -167,6 +167,9 @@ def test_info_health_metrics_and_openapi(live, hub):
         "roberta_ext_tokens_total",
         "roberta_ext_tokens_per_second",
         'roberta_ext_request_duration_seconds_bucket{endpoint="embed"',
+        "roberta_ext_admitted_requests_total",
+        'roberta_ext_estimated_tokens_per_second{task="embed"}',
+        "roberta_ext_wait_estimate_error_seconds_bucket",
     ):
         assert name in metrics.text, name
     paths = client.get("/openapi.json").json()["paths"]

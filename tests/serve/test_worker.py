@@ -167,3 +167,21 @@ def test_stop_finishes_every_accepted_job_then_refuses():
 def test_a_job_needs_items_with_lengths():
     with pytest.raises(ValueError, match="a job needs items"):
         Job(Task("x", list), [], [])
+
+
+def test_a_stopped_worker_starts_again_with_its_queue_accounting_intact():
+    """An ASGI app's lifespan may run twice (schemathesis loads the document in one, then serves
+    the requests in another): the worker restarts after a stop, not while it runs."""
+    worker = BatchingWorker(max_batch_tokens=100)
+    worker.start()
+    with pytest.raises(RuntimeError, match="started already"):
+        worker.start()
+    task = Task("embed", lambda items: items)
+    worker.submit(Job(task, [1, 2], [3, 4])).future.result(timeout=30)
+    worker.stop()
+    assert not worker.alive
+    worker.start()
+    assert worker.alive and worker.token_rate("embed") is not None  # what it measured is kept
+    assert list(worker.submit(Job(task, [5], [1])).future.result(timeout=30)) == [5]
+    assert worker._queued_tokens["embed"] == 0 and worker._in_flight == 0
+    worker.stop()
