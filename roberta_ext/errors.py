@@ -4,8 +4,9 @@ to what a door answers for it.
 Each layer defines its own subclass of :class:`RobertaExtError`, in that layer:
 ``CheckpointError`` (``checkpoints/``), ``StoreError`` (the download cache), ``TokenizerError``
 (``tokenizers/``), ``CorpusError`` (``corpus/``), ``HeadError`` (the heads' outputs),
-``InputError`` (a text the model cannot take: ``inference/inputs.py``), ``OutputBusy`` (``embedding/``), ``ExportError`` (``export/``), ``CommandError`` (``cli/``),
-``RequestError`` (``serve/``). A caller can catch one layer's failures, or every deliberate
+``InputError`` (a text the model cannot take: ``inference/inputs.py``), ``OutputBusy``
+(``embedding/``), ``ExportError`` (``export/``), ``CommandError`` (``cli/``), ``RequestError``
+(``serve/``). A caller can catch one layer's failures, or every deliberate
 failure of the package at once. The doors map them once, in a table keyed by class: the
 command line's exit statuses (``cli/running.py``), the server's HTTP statuses
 (``serve/errors.py``); :func:`lookup` finds an error's entry through its MRO, so a subclass

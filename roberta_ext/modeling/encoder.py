@@ -456,8 +456,10 @@ class TransformerEncoder(nn.Module):
         local_mask = None
         # The length is looked at only without a padding mask: torch.export would otherwise guard
         # the exported graph on it (a window of 8 pinned the length to 6-15).
-        if window is not None and packing is None and (
-            padding_mask is not None or (window + 1 < x.shape[1] and not attends_blockwise(x.shape[1], window))
+        if (
+            window is not None
+            and packing is None
+            and (padding_mask is not None or (window + 1 < x.shape[1] and not attends_blockwise(x.shape[1], window)))
         ):
             band = window_mask(positions, window)[:, None]  # (B or 1, 1, T, T)
             local_mask = band if mask is None else band & mask
