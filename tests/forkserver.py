@@ -17,9 +17,8 @@ outright takes its child's process group with it. What the command does — ever
 plugin's registration by ``--user-dir``, its log, its files, its exit — is the real command's.
 
 ``ROBERTA_EXT_TEST_FORKSERVER=0`` turns it off: the shims then run the real console scripts.
-The RACE and GLUE script tests still start real processes (their scripts call
-``fairseq-preprocess`` by this environment's ``bin`` folder), so the real console scripts stay
-covered.
+The real scripts stay covered: tests/test_forkserver.py runs each beside its shim, and the GLUE
+script test, the quickstart and the two-rank training start them as they are.
 
 >>> subprocess.run([command("fairseq-preprocess"), "--help"], capture_output=True).returncode  # doctest: +SKIP
 0
@@ -49,8 +48,12 @@ TOOLS = {
     "fairseq-preprocess": "fairseq_cli.preprocess",
     "fairseq-hydra-train": "fairseq_cli.hydra_train",
     "fairseq-validate": "fairseq_cli.validate",
+    "python": "runpy",
 }
-"""The console scripts served, and the module whose ``cli_main`` each calls."""
+"""The console scripts served, and the module whose ``cli_main`` each calls; of ``python``,
+only ``python -m examples.X`` is served (fairseq's example scripts, which import fairseq:
+``examples.roberta.multiprocessing_bpe_encoder``), running the module as ``__main__`` as
+``python -m`` does; anything else runs this environment's Python itself."""
 
 SOCKET_ENV = "ROBERTA_EXT_FORKSERVER"
 """The server's socket, for the shims; unset or unreachable: a shim runs the real command."""
@@ -69,6 +72,9 @@ REAL = {real!r}
 path = os.environ.get({socket_env!r})
 client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
+    # Of python, only `python -m examples.X` (fairseq's example scripts, which import fairseq) is served.
+    if {tool!r} == "python" and not (sys.argv[1:2] == ["-m"] and sys.argv[2:3] and sys.argv[2].startswith("examples.")):
+        raise OSError
     client.connect(path or "")
 except OSError:
     os.execv(REAL, [REAL, *sys.argv[1:]])
@@ -105,7 +111,7 @@ def shim_dir() -> Path:
                 SHIM.format(
                     python=sys.executable,
                     tool=tool,
-                    real=str(BIN / tool),
+                    real=sys.executable if tool == "python" else str(BIN / tool),
                     socket_env=SOCKET_ENV,
                     forwarded=tuple(int(s) for s in FORWARDED),
                 ),
@@ -171,6 +177,7 @@ NEEDS = {
     "fairseq-preprocess": {"fairseq_cli.preprocess"},
     "fairseq-hydra-train": {"fairseq_cli.hydra_train", "fairseq_cli.train"},
     "fairseq-validate": {"fairseq_cli.validate"},
+    "python": set(),
 }
 """The ``fairseq_cli`` modules each script's process holds; a child forgets the others."""
 
@@ -215,7 +222,8 @@ def _become(request: dict, fds: list[int], base_path: list[str]) -> None:
         os.environ.update(request["env"])
         sys.argv = list(request["argv"])
         python_path = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
-        sys.path[:] = [str(BIN), *python_path, *base_path]
+        # A script's folder first, as Python puts it; for `python -m`, the working folder.
+        sys.path[:] = [request["cwd"] if request["tool"] == "python" else str(BIN), *python_path, *base_path]
         import importlib
 
         importlib.invalidate_caches()
@@ -223,7 +231,16 @@ def _become(request: dict, fds: list[int], base_path: list[str]) -> None:
             if name not in NEEDS[request["tool"]]:  # as if this process had never imported it
                 del sys.modules[name]
                 vars(sys.modules["fairseq_cli"]).pop(name.rpartition(".")[2], None)
-        main = importlib.import_module(TOOLS[request["tool"]]).cli_main
+        if request["tool"] == "python":
+            import runpy
+
+            module = sys.argv[2]
+            sys.argv = [sys.argv[0], *sys.argv[3:]]  # runpy puts the module's path in sys.argv[0]
+
+            def main() -> None:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            main = importlib.import_module(TOOLS[request["tool"]]).cli_main
         try:
             result = main()
             code = result if isinstance(result, int) else 0

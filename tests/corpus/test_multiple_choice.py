@@ -34,6 +34,7 @@ from roberta_ext.corpus.multiple_choice import (
     read_race,
 )
 from roberta_ext.tokenizers import GPT2BPE
+from tests import forkserver
 from tests.peers import needs, require_installed
 
 BIN = Path(sys.executable).parent
@@ -147,9 +148,12 @@ def test_race_output_byte_identical_to_fairseqs_scripts(tmp_path, bpe_files):
         'for arg; do case "$arg" in -*) ;; *) cp "$RACE_TEST_BPE_DIR/${arg##*/}" . ;; esac; done\n'
     )
     wget.chmod(0o755)
+    # fairseq-preprocess and `python -m examples...` from the tests' fork server (tests/forkserver.py),
+    # which starting puts its socket in os.environ
+    shims = forkserver.shim_dir()
     env = {
         **os.environ,
-        "PATH": f"{stand_ins}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
+        "PATH": os.pathsep.join((str(stand_ins), str(shims), str(BIN), os.environ["PATH"])),
         "PYTHONPATH": str(stand_ins),
         "RACE_TEST_BPE_DIR": str(bpe_files.dict_txt.parent),
         "LC_ALL": "C.UTF-8",
