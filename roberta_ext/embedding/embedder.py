@@ -17,6 +17,7 @@ same pooling (:func:`~roberta_ext.embedding.pooling.pool`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,8 +140,22 @@ class Embedder:
         width = self.model.cfg.encoder_embed_dim * len(self.pooling)
         return width if self.truncate_dim is None else min(width, self.truncate_dim)
 
-    def encode(self, item: TextInput) -> list[int]:
-        """Ids of one text or pair, prompt prepended, truncated to :attr:`max_length`."""
+    def encode(
+        self, item: TextInput, *, truncate: bool = True, where: str = "input", hint: str | None = None
+    ) -> list[int]:
+        """Ids of one text or pair, prompt prepended, at most :attr:`max_length`: cut when
+        ``truncate``, else :class:`~roberta_ext.inference.inputs.InputTooLong` naming ``where``
+        (``hint``: how to cut it) — the one length rule, :meth:`ModelInputs.encode_within`."""
+        return self.inputs.encode_within(self._texts(item), self.max_length, truncate=truncate, where=where, hint=hint)
+
+    def encode_whole(self, item: TextInput) -> list[int]:
+        """Ids of one text or pair as :meth:`encode` gives them, never cut (what the server's
+        ``/tokenize`` shows)."""
+        return self.inputs.encode_truncated(self._texts(item), sys.maxsize)
+
+    def _texts(self, item: TextInput) -> tuple[str, ...]:
+        """The texts of ``item`` as the model reads them: the prompt prepended, lowercased where
+        the model's tokenizer lowercases."""
         texts = (item,) if isinstance(item, str) else tuple(item)
         if len(texts) not in (1, 2) or not all(isinstance(t, str) for t in texts):
             raise ValueError(f"expected a text or a pair of texts, got {item!r}")
@@ -148,7 +163,7 @@ class Embedder:
             texts = (self.prompt + texts[0], *texts[1:])
         if self.do_lower_case:
             texts = tuple(map(lowercase, texts))
-        return self.inputs.encode_truncated(texts, self.max_length)
+        return texts
 
     def embed_ids(
         self, rows: Sequence[Sequence[int]], *, progress: Callable[[int], object] | None = None

@@ -23,7 +23,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..inference.head_outputs import HeadError, encode_masked, fill_encoded_mask
-from ..inference.inputs import check_length
 from ..tokenizers.registry import kind_of
 from .errors import RequestError
 from .metrics import CONTENT_TYPE
@@ -81,15 +80,11 @@ async def embeddings(
     """Embeddings ``(N, D)`` of the items of field ``name`` (``dimensions``: the first that many
     values, normalised again when ``normalize``), and the tokens they took. An item longer than
     the model takes is cut when ``truncate``, else refused naming it and ``hint``."""
-    embedder, whole = server.embedders(prompt_name, normalize)
-    if truncate:
-        rows = [embedder.encode(item) for item in items]
-    else:
-        limit = embedder.max_length
-        rows = [
-            check_length(whole.encode(item), limit, where=_where(name, single, i), hint=hint)
-            for i, item in enumerate(items)
-        ]
+    embedder = server.embedder(prompt_name, normalize)
+    rows = [
+        embedder.encode(item, truncate=truncate, where=_where(name, single, i), hint=hint)
+        for i, item in enumerate(items)
+    ]
     lengths = [len(row) for row in rows]
     vectors = await server.compute(server.embedding_task(embedder), rows, lengths)
     assert isinstance(vectors, torch.Tensor)
@@ -215,11 +210,11 @@ async def tokenize(server: Server, request: Request) -> Response:
     ids ``/embed`` runs (uncut); ``start``/``stop`` are character offsets into the text
     (``null`` for special tokens and the prompt's)."""
     body = await server.read(request, "/tokenize")
-    embedder, whole = server.embedders(body.prompt_name, False)
+    embedder = server.embedder(body.prompt_name, False)
     special_ids, tokenizer = server.special_ids(), server.inputs.tokenizer
     answers = []
     for text in [body.inputs] if isinstance(body.inputs, str) else body.inputs:
-        ids = whole.encode(text)
+        ids = embedder.encode_whole(text)
         spans = _spans(server, embedder.prompt, embedder.do_lower_case, text, len(ids) - 2)
         tokens = []
         for position, index in enumerate(ids):

@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import logging
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -100,7 +98,7 @@ class Server:
             metrics=self.metrics,
         )
         self.model.eval()  # the server owns the model now: no dropout in any head
-        self._embedders: dict[tuple[str | None, bool], tuple[Embedder, Embedder]] = {}
+        self._embedders: dict[tuple[str | None, bool], Embedder] = {}
         self.default_embedder = self.embedder(None, normalize=True)
         self.limits = RouteLimits(
             max_items=options.max_client_batch_size,
@@ -308,13 +306,9 @@ class Server:
 
     def embedder(self, prompt_name: str | None, normalize: bool) -> Embedder:
         """The model's own embedding settings with this prompt and normalisation (cached)."""
-        return self.embedders(prompt_name, normalize)[0]
-
-    def embedders(self, prompt_name: str | None, normalize: bool) -> tuple[Embedder, Embedder]:
-        """:meth:`embedder`, and the same encoding without its cut (cached)."""
         key = (prompt_name, normalize)
         if key not in self._embedders:
-            embedder = Embedder.create(
+            self._embedders[key] = Embedder.create(
                 self.model,
                 self.inputs,
                 self.served.sentence_embedding,
@@ -323,7 +317,6 @@ class Server:
                 max_tokens=self.options.max_batch_tokens,
                 batch_size=self.options.max_batch_requests,
             )
-            self._embedders[key] = (embedder, dataclasses.replace(embedder, max_length=sys.maxsize))
         return self._embedders[key]
 
     def embedding_task(self, embedder: Embedder) -> Task:
