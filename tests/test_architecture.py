@@ -332,3 +332,10 @@ def test_text_side_and_features_do_not_import_the_layers_above_them():
         if target == above or target.startswith(above + ".")
     ]
     assert not offenders, "\n".join(offenders)
+
+
+def test_one_test_file_per_module():
+    """A module's tests live in one ``test_<module>.py``, never split into a ``test_<module>_units.py``
+    beside it: a newcomer can tell where a test belongs."""
+    split = sorted(str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*_units.py"))
+    assert not split, f"merge these into their module's test file: {split}"

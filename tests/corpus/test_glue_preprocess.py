@@ -20,7 +20,7 @@ from roberta_ext.corpus.binarize import PreprocessBatch
 from roberta_ext.corpus.glue import TASKS, GlueStats, glue_preprocess
 from roberta_ext.tokenizers.dictionary import DictionaryFormatError
 from roberta_ext.tokenizers.gpt2_bpe import GPT2BPEFormatError
-from tests.corpus.test_glue_units import QQP_HEADER, STSB_HEADER, stsb_row, write
+from tests.corpus.test_glue import QQP_HEADER, STSB_HEADER, stsb_row, write
 
 pytestmark = pytest.mark.usefixtures("tqdm_lock_of_this_process")
 
