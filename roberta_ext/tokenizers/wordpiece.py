@@ -354,6 +354,8 @@ class BasicTokenizer:
                 word = _strip_accents(word)
         elif self.strip_accents:
             word = _strip_accents(word)
+        if word in self.never_split:  # transformers checks again before splitting at punctuation:
+            return (word,)  # "[SEP]" + a combining accent, accents stripped, stays "[SEP]"
         pieces: list[str] = []
         start = 0
         for i, char in enumerate(word):

@@ -609,6 +609,18 @@ def test_basic_tokenizer_equals_transformers(strip_accents, lower, chinese, text
     assert BasicTokenizer(never_split=never_split, **options).tokenize(text) == peer.tokenize(text)
 
 
+@pytest.mark.parametrize("text", ["[SEP]\u0301", "\u0301[SEP]", "[SE\u0301P]", "[MA\u0300SK] x"])
+@pytest.mark.parametrize("lower", [True, False])
+def test_a_word_that_becomes_a_never_split_token_once_its_accents_go_stays_whole(text, lower):
+    """transformers checks ``never_split`` again after lowercasing and stripping accents: "[SEP]"
+    with a combining accent is kept whole, not split at its brackets (a case hypothesis found)."""
+    options = dict(do_lower_case=lower, strip_accents=True)
+    peer = legacy_bert.BasicTokenizer(never_split=["[MASK]", "[SEP]"], **options).tokenize(text)
+    assert BasicTokenizer(never_split=["[MASK]", "[SEP]"], **options).tokenize(text) == peer
+    # Cased, the token is kept whole; lowercased it is "[sep]", which neither keeps.
+    assert any(token in ("[SEP]", "[MASK]") for token in peer) is not lower
+
+
 @PROPERTY
 @given(words=st.lists(st.text(alphabet="abcdé#中", max_size=12), max_size=8))
 def test_wordpiece_equals_transformers(words):
