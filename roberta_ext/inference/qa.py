@@ -452,9 +452,6 @@ def load_tokenizer(
     if (encoder_json is None) != (vocab_bpe is None):  # one named: the other is the folder's
         encoder_json = encoder_json or str(folder / "encoder.json")
         vocab_bpe = vocab_bpe or str(folder / "vocab.bpe")
-    for path in (encoder_json, vocab_bpe):
-        if path is not None and not os.path.isfile(path) and not path.startswith(("http://", "https://")):
-            raise FileNotFoundError(f"the GPT-2 BPE file {path!r} named to tokenize QA data does not exist")
     dictionary = Dictionary.load(folder / "dict.txt")
     dictionary.add_symbol("<mask>")
     files = TokenizerFiles(gpt2_encoder_json=encoder_json, gpt2_vocab_bpe=vocab_bpe)
