@@ -1,9 +1,10 @@
 """The one naming rule for everything the plugin registers with fairseq.
 
-Every task, criterion, model and architecture name is ``<family>_ext`` or
-``<family>_ext_<what>``: the models are ``roberta_ext``, ``electra_ext`` and ``spanbert_ext``,
-the architectures ``<family>_ext_<size>`` (``bert_ext_base``), and the tasks and criteria
-``roberta_ext_<objective>`` (``roberta_ext_mlm``, ``roberta_ext_electra``). fairseq keeps one
+Every task, criterion, model, architecture, optimizer and learning-rate scheduler name is
+``<family>_ext`` or ``<family>_ext_<what>``: the models are ``roberta_ext``, ``electra_ext`` and
+``spanbert_ext``, the architectures ``<family>_ext_<size>`` (``bert_ext_base``), the tasks and
+criteria ``roberta_ext_<objective>`` (``roberta_ext_mlm``, ``roberta_ext_electra``), the optimizer
+``roberta_ext_stable_adamw`` and the scheduler ``roberta_ext_warmup_stable_decay``. fairseq keeps one
 object per name in each registry (0.12 raises on a duplicate architecture and silently keeps the
 first task or model), so a bare name such as ``electra`` or ``token_classification`` could be
 fairseq's or another plugin's, and shadow ours or be shadowed; an ``_ext`` name cannot.
@@ -36,10 +37,12 @@ def follows_naming_rule(name: str) -> bool:
 
 def registered_names() -> dict[str, list[str]]:
     """The names this package has registered with fairseq, by registry: ``task``, ``criterion``,
-    ``model`` and ``architecture``, each sorted. Told apart from fairseq's and other plugins' by
+    ``model``, ``architecture``, ``optimizer`` and ``lr_scheduler``, each sorted. Told apart from fairseq's and other plugins' by
     the module of the registered class (or, for an architecture, of its function or model)."""
     from fairseq.criterions import CRITERION_REGISTRY
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    from fairseq.optim import OPTIMIZER_REGISTRY
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
     from fairseq.tasks import TASK_REGISTRY
 
     def ours(*objects: object) -> bool:
@@ -52,4 +55,6 @@ def registered_names() -> dict[str, list[str]]:
         # fairseq registers an architecture named after each model with a dataclass (a no-op
         # function of fairseq's own): the model class tells that one apart.
         "architecture": sorted(n for n, cls in ARCH_MODEL_REGISTRY.items() if ours(cls, ARCH_CONFIG_REGISTRY.get(n))),
+        "optimizer": sorted(n for n, cls in OPTIMIZER_REGISTRY.items() if ours(cls)),
+        "lr_scheduler": sorted(n for n, cls in LR_SCHEDULER_REGISTRY.items() if ours(cls)),
     }

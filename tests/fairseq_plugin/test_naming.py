@@ -24,9 +24,12 @@ SNAPSHOT = """
 import json
 from fairseq.criterions import CRITERION_REGISTRY
 from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+from fairseq.optim import OPTIMIZER_REGISTRY
+from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
 from fairseq.tasks import TASK_REGISTRY
 registries = {"task": TASK_REGISTRY, "criterion": CRITERION_REGISTRY, "model": MODEL_REGISTRY,
-              "architecture": ARCH_MODEL_REGISTRY}
+              "architecture": ARCH_MODEL_REGISTRY, "optimizer": OPTIMIZER_REGISTRY,
+              "lr_scheduler": LR_SCHEDULER_REGISTRY}
 before = {kind: set(registry) for kind, registry in registries.items()}
 import roberta_ext.fairseq_plugin
 print(json.dumps({kind: sorted(set(registry) - before[kind]) for kind, registry in registries.items()}))
@@ -45,6 +48,8 @@ print(json.dumps({kind: sorted(set(registry) - before[kind]) for kind, registry 
         "electra_ext_small",
         "spanbert_ext_base",
         "roberta_ext_2",
+        "roberta_ext_stable_adamw",
+        "modernbert_ext_large",
     ],
 )
 def test_the_rule_accepts(name):
@@ -67,6 +72,8 @@ def test_the_rule_accepts(name):
         "Roberta_ext",
         "roberta_ext-mlm",
         "roberta_ext_mlm\n",
+        "stable_adamw",
+        "warmup_stable_decay",
     ],
 )
 def test_the_rule_refuses(name):
@@ -89,6 +96,9 @@ def test_every_registered_name_follows_the_rule():
     assert {"roberta_ext_base", "bert_ext_base", "albert_ext_base", "electra_ext_small", "spanbert_ext_base"} <= set(
         names["architecture"]
     )
+    assert {"modernbert_ext_base", "modernbert_ext_large"} <= set(names["architecture"])
+    assert names["optimizer"] == ["roberta_ext_stable_adamw"]
+    assert names["lr_scheduler"] == ["roberta_ext_warmup_stable_decay"]
 
 
 def test_the_plugin_adds_exactly_those_names_to_a_fresh_process():
