@@ -5,7 +5,9 @@
 2. tokenizer   ``roberta-ext train-bpe`` learns a GPT-2-format byte-level BPE and ``dict.txt``;
                ``roberta-ext bpe-encode`` applies it;
 3. binarize    ``fairseq-preprocess``;
-4. pretrain    ``fairseq-train --user-dir roberta_ext --task roberta_ext_mlm`` (a small RoBERTa);
+4. pretrain    ``fairseq-train --user-dir roberta_ext --task roberta_ext_mlm`` (a small RoBERTa; with
+               ``--family modernbert`` a small ModernBERT on its recipe: 30% masking, StableAdamW,
+               warmup-stable-decay);
 5. fine-tune   ``fairseq-train --task roberta_ext_classification --restore-file ...``: is this the
                docstring of a class or of a function?
 6. use         both checkpoints through ``torch.hub.load(..., source="local")``: encode/decode,
@@ -211,12 +213,21 @@ class Probe:
 
 
 def held_out_probes(
-    texts: list[str], tokenizer: TextEncoder, *, bos: int, eos: int, mask: int, count: int, seed: int
+    texts: list[str],
+    tokenizer: TextEncoder,
+    *,
+    bos: int,
+    eos: int,
+    mask: int,
+    count: int,
+    seed: int,
+    max_tokens: int | None = None,
 ) -> list[Probe]:
     """Up to ``count`` probes, one per sentence of ``texts`` (sentences of 6 to 25 words, in
-    order), each masking a content word that is a single token, chosen at random with ``seed``
-    among the sentence's such words (never the first word, which has no leading space). The
-    choice ignores the model: these are the probes, successes and failures alike."""
+    order, of at most ``max_tokens`` tokens: the model's positions), each masking a content word
+    that is a single token, chosen at random with ``seed`` among the sentence's such words (never
+    the first word, which has no leading space). The choice ignores the model: these are the
+    probes, successes and failures alike."""
     rng = random.Random(seed)
     probes: list[Probe] = []
     for text in texts:
@@ -234,6 +245,8 @@ def held_out_probes(
             i, answer = rng.choice(candidates)
             left, right = " ".join(words[:i]), "".join(f" {word}" for word in words[i + 1 :])
             ids = [bos, *tokenizer.encode(left), mask, *tokenizer.encode(right), eos]
+            if max_tokens is not None and len(ids) > max_tokens:  # a small BPE cuts 25 words into many tokens
+                continue
             probes.append(Probe(masked=f"{left} <mask>{right}", answer=answer, ids=ids))
             if len(probes) == count:
                 return probes
@@ -365,7 +378,14 @@ def show_what_it_learned(
     )
     d = roberta.dictionary
     probes = held_out_probes(
-        held_out, roberta.tokenizer, bos=d.bos(), eos=d.eos(), mask=roberta.task.mask_idx, count=PROBES, seed=seed
+        held_out,
+        roberta.tokenizer,
+        bos=d.bos(),
+        eos=d.eos(),
+        mask=roberta.task.mask_idx,
+        count=PROBES,
+        seed=seed,
+        max_tokens=roberta.max_positions(),
     )
     logits = masked_predictions(roberta, [p.ids for p in probes])
     answers = torch.tensor([p.answer for p in probes])
@@ -388,12 +408,14 @@ class Options:
 
     out: Path = Path("quickstart_out")
     """Working folder (replaced when it exists)."""
+    family: str = "roberta"
+    """The model pretrained and fine-tuned: one of :data:`FAMILIES`."""
     merges: int = 3000
     """BPE merges to learn."""
     layers: int = 4
     """Encoder layers."""
     dim: int = 128
-    """Model width; the FFN is 4x, heads = dim / 32."""
+    """Model width; heads = dim / 32; the FFN is 4x (RoBERTa) or a GeGLU of 1.5x (ModernBERT)."""
     tokens_per_sample: int = 128
     """Pretraining block length."""
     pretrain_updates: int = 800
@@ -409,6 +431,56 @@ class Options:
     of the held-out masks and probes."""
     progress: bool = False
     """Print fairseq-train's progress lines as they come (else each step's summary only)."""
+
+
+FAMILIES = {"roberta": "RoBERTa", "modernbert": "ModernBERT"}
+"""The families the quickstart trains (``--family``), and their names in its report."""
+
+ROBERTA_OPTIMIZATION = (
+    *("--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6", "--clip-norm", "1.0"),
+    *("--weight-decay", "0.01", "--lr-scheduler", "polynomial_decay"),
+)
+"""fairseq's RoBERTa optimizer and schedule: Adam, gradient clipping, polynomial decay."""
+
+
+def model_options(options: Options) -> list[str]:
+    """``fairseq-train``'s model flags of the quickstart's small model, the same for pretraining
+    and fine-tuning: ``roberta_ext_base`` or ``modernbert_ext_base`` cut to ``layers`` x ``dim``.
+    The ModernBERT keeps its family's structure (a global layer every third, GeGLU 1.5x the
+    width) with a window of a quarter of a row, so that its local layers see less than a row.
+
+    >>> model_options(Options(family="modernbert"))[:2], model_options(Options())[-1]
+    (['--arch', 'modernbert_ext_base'], '128')
+    """
+    if options.family not in FAMILIES:
+        raise ValueError(f"quickstart family {options.family!r}: choose one of {', '.join(FAMILIES)}")
+    modern = options.family == "modernbert"
+    flags = ["--arch", f"{options.family}_ext_base", "--encoder-layers", str(options.layers)]
+    flags += ["--encoder-embed-dim", str(options.dim)]
+    flags += ["--encoder-ffn-embed-dim", str(3 * options.dim // 2 if modern else 4 * options.dim)]
+    flags += ["--encoder-attention-heads", str(max(1, options.dim // 32))]
+    if modern:
+        flags += ["--local-attention", str(max(2, options.tokens_per_sample // 4))]
+    return [*flags, "--max-positions", str(options.tokens_per_sample)]
+
+
+def pretraining_recipe(options: Options) -> list[str]:
+    """``fairseq-train``'s optimizer, schedule and masking flags of the pretraining step: fairseq's
+    RoBERTa recipe (Adam, polynomial decay, 15% masking), or ModernBERT's (30% masking, StableAdamW
+    with decoupled weight decay and none on biases and norms, no gradient clipping, a
+    warmup-stable-decay schedule with a ``1 - sqrt`` decay over the last fifth), as
+    ``config/pretraining/modernbert_base.yaml`` has them.
+
+    >>> pretraining_recipe(Options(family="modernbert"))[:2]
+    ['--optimizer', 'roberta_ext_stable_adamw']
+    """
+    if options.family == "modernbert":
+        flags = ["--optimizer", "roberta_ext_stable_adamw", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6"]
+        flags += ["--weight-decay", "1e-5", "--decouple-lr", "--no-decay-bias-and-norm", "--clip-norm", "0"]
+        flags += ["--lr-scheduler", "roberta_ext_warmup_stable_decay"]
+        flags += ["--decay-updates", str(max(1, options.pretrain_updates // 5)), "--mask-prob", "0.3"]
+        return flags
+    return list(ROBERTA_OPTIMIZATION)
 
 
 def run(options: Options) -> int:
@@ -530,20 +602,7 @@ def run(options: Options) -> int:
         ],
     )
 
-    model = [
-        "--arch",
-        "roberta_ext_base",
-        "--encoder-layers",
-        str(options.layers),
-        "--encoder-embed-dim",
-        str(options.dim),
-        "--encoder-ffn-embed-dim",
-        str(4 * options.dim),
-        "--encoder-attention-heads",
-        str(max(1, options.dim // 32)),
-        "--max-positions",
-        str(options.tokens_per_sample),
-    ]
+    model = model_options(options)
     common = [
         "--user-dir",
         str(PACKAGE),
@@ -557,21 +616,8 @@ def run(options: Options) -> int:
         "--log-interval",
         "50",
         "--no-epoch-checkpoints",
-        "--optimizer",
-        "adam",
-        "--adam-betas",
-        "(0.9,0.98)",
-        "--adam-eps",
-        "1e-6",
-        "--clip-norm",
-        "1.0",
-        "--weight-decay",
-        "0.01",
-        "--lr-scheduler",
-        "polynomial_decay",
     ]
-
-    print("\n4. pretrain a small RoBERTa (masked LM, whole-word masking)")
+    print(f"\n4. pretrain a small {FAMILIES[options.family]} (masked LM, whole-word masking)")
     pretrain_dir = out / "pretrain"
     for f in (encoder_json, vocab_bpe):  # whole-word masking reads word starts from the BPE files
         shutil.copy(f, data / f.name)
@@ -586,6 +632,7 @@ def run(options: Options) -> int:
             "roberta_ext_mlm",
             *model,
             *common,
+            *pretraining_recipe(options),
             "--tokens-per-sample",
             str(options.tokens_per_sample),
             "--sample-break-mode",
@@ -630,6 +677,7 @@ def run(options: Options) -> int:
             "roberta_ext_classification",
             *model,
             *common,
+            *ROBERTA_OPTIMIZATION,  # fine-tuning: fairseq's RoBERTa recipe for both families
             "--num-classes",
             "2",
             "--init-token",

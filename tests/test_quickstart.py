@@ -147,3 +147,14 @@ def test_every_option_has_help():
     parser = build_parser()
     assert [action.option_strings for action in parser._actions if not action.help] == []
     assert re.search(r"--seed \w+\s+seed of the train/valid/test split", parser.format_help())
+
+
+def test_a_sentence_longer_than_the_models_positions_gives_no_probe(tokenizer):
+    """A small BPE can cut a 25-word sentence into more tokens than the model has positions: that
+    sentence gives no probe (the model could not read it), the others still do."""
+    d = tokenizer.dictionary
+    lengths = [len(p.ids) for p in probes_of(tokenizer)]
+    shorter = held_out_probes(
+        TEXTS, tokenizer, bos=d.bos(), eos=d.eos(), mask=99, count=10, seed=1, max_tokens=max(lengths) - 1
+    )
+    assert [len(p.ids) for p in shorter] == [n for n in lengths if n < max(lengths)]

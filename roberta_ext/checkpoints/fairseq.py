@@ -151,15 +151,20 @@ def config_from_checkpoint(
     heads, activations, dropout — comes from the options.
     """
     prefix = ENCODER_PREFIX
+    rotary = options.get("position_style") == "rotary"  # no position table: the options say how far it reaches
     try:
         vocab_size, embedding_size = state_dict[prefix + "embed_tokens.weight"].shape
-        num_positions = state_dict[prefix + "embed_positions.weight"].shape[0]
-        ffn_dim, embed_dim = state_dict[prefix + "layers.0.fc1.weight"].shape
+        if rotary:
+            num_positions = int(options["max_positions"])
+        else:
+            num_positions = state_dict[prefix + "embed_positions.weight"].shape[0]
+        # fc2 is (C, F) in every family; fc1 is (2F, C) where the FFN is gated (ModernBERT's GeGLU).
+        embed_dim, ffn_dim = state_dict[prefix + "layers.0.fc2.weight"].shape
     except KeyError as exc:
         raise CheckpointError(f"{path!r} is not a RoBERTa checkpoint: it has no {exc.args[0]!r}") from None
     layer_ids = {int(m.group(1)) for k in state_dict if (m := re.match(re.escape(prefix) + r"layers\.(\d+)\.", k))}
     padding_idx = int(options.get("padding_idx", 1) if options.get("padding_idx") is not None else 1)
-    absolute = options.get("position_style") == "absolute"
+    absolute = rotary or options.get("position_style") == "absolute"
     segments = state_dict.get(prefix + "segment_embeddings.weight")
     try:
         return config_from_fairseq(

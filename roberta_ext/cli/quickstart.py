@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..quickstart import Options, run
+from ..quickstart import FAMILIES, Options, run
 from .arguments import add_progress_argument, positive_int, show_progress
 
 __all__ = ["build_parser", "main"]
@@ -26,10 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=Path, default=DEFAULTS.out, metavar="DIR", help="working folder (default: %(default)s)"
     )
+    parser.add_argument(
+        "--family",
+        choices=tuple(FAMILIES),
+        default=DEFAULTS.family,
+        help="the model pretrained and fine-tuned: a RoBERTa on fairseq's recipe, or a ModernBERT on its own "
+        "(30%% masking, StableAdamW, warmup-stable-decay) (default: %(default)s)",
+    )
     counts = (
         ("--merges", "BPE merges to learn"),
         ("--layers", "encoder layers"),
-        ("--dim", "model width; FFN is 4x, heads = dim/32"),
+        ("--dim", "model width; heads = dim/32, FFN 4x (RoBERTa) or a GeGLU of 1.5x (ModernBERT)"),
         ("--tokens-per-sample", "pretraining block length"),
         ("--pretrain-updates", "pretraining updates"),
         ("--finetune-updates", "fine-tuning updates"),

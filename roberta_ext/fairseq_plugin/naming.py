@@ -37,8 +37,9 @@ def follows_naming_rule(name: str) -> bool:
 
 def registered_names() -> dict[str, list[str]]:
     """The names this package has registered with fairseq, by registry: ``task``, ``criterion``,
-    ``model``, ``architecture``, ``optimizer`` and ``lr_scheduler``, each sorted. Told apart from fairseq's and other plugins' by
-    the module of the registered class (or, for an architecture, of its function or model)."""
+    ``model``, ``architecture``, ``optimizer`` and ``lr_scheduler``, each sorted. Told apart from
+    fairseq's and other plugins' by the module of the registered class (or, for an architecture,
+    of its function or model)."""
     from fairseq.criterions import CRITERION_REGISTRY
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY
     from fairseq.optim import OPTIMIZER_REGISTRY

@@ -333,7 +333,7 @@ def test_factorized_embeddings_and_layer_count_come_from_the_tensors():
     assert config_from_checkpoint(state, {"encoder_attention_heads": 4}, "m.pt").encoder_layers == 2
 
 
-@pytest.mark.parametrize("missing", ["embed_tokens.weight", "embed_positions.weight", "layers.0.fc1.weight"])
+@pytest.mark.parametrize("missing", ["embed_tokens.weight", "embed_positions.weight", "layers.0.fc2.weight"])
 def test_a_file_without_the_shapes_of_a_roberta_is_refused(missing):
     state = tiny_state()
     del state[PREFIX + missing]
@@ -464,6 +464,25 @@ def test_a_half_precision_2019_file_loads_in_float32_with_options_task_and_bpe(t
     assert loaded.model.classification_heads["mnli"].dense.out_features == 8
 
 
+def test_a_modernbert_checkpoint_loads_back_exactly(tmp_path):
+    """The plugin's ModernBERT (``modernbert_ext_base``) saves no position table (rotary: its reach is
+    the ``max_positions`` option) and a gated FFN whose ``fc1`` is twice ``fc2``'s width: the config
+    comes from the options and ``fc2``, and the file loads back tensor for tensor, heads included."""
+    torch.manual_seed(0)
+    model = RobertaModel(preset("modernbert-tiny", encoder_layers=3, max_positions=96))
+    model.register_classification_head("sst", num_classes=2)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn_like(parameter))
+    save_roberta_checkpoint(model, tmp_path / "model.pt")
+    assert not any("embed_positions" in key for key in torch.load(tmp_path / "model.pt", weights_only=True)["model"])
+    loaded = load_roberta_checkpoint(tmp_path / "model.pt").model
+    assert_same_model(loaded, model)
+    assert (loaded.cfg.encoder_ffn_embed_dim, loaded.cfg.max_positions) == (model.cfg.encoder_ffn_embed_dim, 96)
+    tokens = torch.randint(4, 60, (2, 40))
+    assert torch.equal(loaded(tokens)[0], model.eval()(tokens)[0])
+
+
 def test_a_file_that_does_not_fit_names_the_file(tmp_path, tiny_model):
     state = dict(tiny_model.state_dict())
     state["classification_heads.half.dense.weight"] = torch.zeros(4, 32)
@@ -479,9 +498,9 @@ def test_a_file_that_does_not_fit_names_the_file(tmp_path, tiny_model):
 
 def test_a_file_without_the_shapes_of_a_roberta_is_refused_by_its_path(tmp_path, tiny_model):
     state = dict(tiny_model.state_dict())
-    del state[PREFIX + "layers.0.fc1.weight"]
+    del state[PREFIX + "layers.0.fc2.weight"]
     torch.save({"args": None, "cfg": {"model": {"encoder_attention_heads": 4}}, "model": state}, tmp_path / "x.pt")
-    expected = f"{str(tmp_path / 'x.pt')!r} is not a RoBERTa checkpoint: it has no '{PREFIX}layers.0.fc1.weight'"
+    expected = f"{str(tmp_path / 'x.pt')!r} is not a RoBERTa checkpoint: it has no '{PREFIX}layers.0.fc2.weight'"
     with pytest.raises(CheckpointError, match=re.escape(expected) + "$"):
         load_roberta_checkpoint(tmp_path / "x.pt")
 
