@@ -12,10 +12,14 @@ from collections import Counter
 import pytest
 import torch
 
+import roberta_ext
+from roberta_ext import quickstart
 from roberta_ext.cli.quickstart import build_parser
 from roberta_ext.quickstart import PROBES, STOP_WORDS, Probe, accuracies, content_word, held_out_probes
 from roberta_ext.tokenizers import FairseqGPT2Tokenizer
+from tests import forkserver
 from tests.conftest import REPO
+from tests.peers import require_installed
 
 ACCURACY = r"top-1 ([\d.]+), top-5 ([\d.]+)   \(unigram baseline: top-1 ([\d.]+), top-5 ([\d.]+)\)"
 
@@ -158,3 +162,31 @@ def test_a_sentence_longer_than_the_models_positions_gives_no_probe(tokenizer):
         TEXTS, tokenizer, bos=d.bos(), eos=d.eos(), mask=99, count=10, seed=1, max_tokens=max(lengths) - 1
     )
     assert [len(p.ids) for p in shorter] == [n for n in lengths if n < max(lengths)]
+
+
+def test_the_modernbert_quickstart_pretrains_fine_tunes_and_loads_in_the_hub(tmp_path, monkeypatch, capsys):
+    """``--family modernbert`` end to end at small shapes: fairseq-train takes the recipe's flags
+    (30% masking, StableAdamW, the warmup-stable-decay schedule, the family's window), and both
+    checkpoints load through torch.hub. fairseq's scripts run from the tests' fork server."""
+    require_installed("fairseq", "the quickstart trains with fairseq-train")
+    monkeypatch.setattr(quickstart, "BIN", forkserver.shim_dir())
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    options = quickstart.Options(
+        family="modernbert",
+        out=tmp_path / "qs",
+        merges=300,
+        layers=3,
+        dim=32,
+        pretrain_updates=6,
+        finetune_updates=3,
+        workers=1,
+    )
+    assert quickstart.run(options) == 0
+    report = capsys.readouterr().out
+    assert "4. pretrain a small ModernBERT" in report and "return_all_hiddens -> 4 tensors" in report
+    pretrain = (tmp_path / "qs" / "logs" / "pretrain.log").read_text(encoding="utf-8")
+    assert "'mask_prob': 0.3" in pretrain and "'local_attention': 32" in pretrain
+    assert "'optimizer': {'_name': 'roberta_ext_stable_adamw'" in pretrain and "'decouple_lr': True" in pretrain
+    assert "'lr_scheduler': {'_name': 'roberta_ext_warmup_stable_decay'" in pretrain
+    hub = roberta_ext.from_pretrained(str(tmp_path / "qs" / "finetune"), "checkpoint_best.pt")
+    assert hub.model.cfg.family == "modernbert" and "sentence_classification_head" in hub.model.classification_heads
