@@ -12,8 +12,10 @@ Both sides train the same model on the same documents with the same masked token
                 criterion), fairseq's summed cross-entropy over the masked tokens divided by their count,
                 and the recipe's ``StableAdamW`` (the plugin's optimizer).
 
-Documents: the standard library's docstrings (``benchmarks/texts.py``, the ``mixed`` set: a few
-tokens to thousands), tokenized by a byte-level BPE learned from them in ModernBERT's
+Documents (``--texts``): the standard library's docstrings (``benchmarks/texts.py``'s ``mixed`` set:
+a few tokens to thousands, so that most of a padded batch is padding) or its ``long`` set (paragraphs
+of 350-600 tokens: little padding, where the local windows and the LM head on the masked tokens are
+what is left to gain), tokenized by a byte-level BPE learned from them in ModernBERT's
 ``tokenizer.json`` layout (``benchmarks.embed.modernbert_tokenizer``), cut at ``--max-tokens``, in
 a seeded random order, ``--batch`` documents a step. 30% of each document's tokens are masked
 (80% ``[MASK]``, 10% a random token, 10% kept), drawn once and given to both sides.
@@ -90,9 +92,8 @@ def mask_batch(
     return Batch(tokens, real.long(), inputs, labels)
 
 
-def documents(tokenizer: Any, max_tokens: int, count: int, seed: int) -> list[list[int]]:
-    """``count`` docstrings in a seeded random order, tokenized with ``[CLS]``/``[SEP]``, cut at ``max_tokens``."""
-    texts = text_set("mixed")
+def documents(tokenizer: Any, texts: list[str], max_tokens: int, count: int, seed: int) -> list[list[int]]:
+    """``count`` of ``texts`` in a seeded random order, tokenized with ``[CLS]``/``[SEP]``, cut at ``max_tokens``."""
     order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed)).tolist()[:count]
     encoded = tokenizer([texts[i] for i in order], truncation=True, max_length=max_tokens)["input_ids"]
     return [list(ids) for ids in encoded]
@@ -169,7 +170,8 @@ def run(args: argparse.Namespace) -> Section:
     torch.set_num_threads(args.threads)
     progress("learning the BPE from the docstrings")
     tokenizer = modernbert_tokenizer(text_set("mixed"))
-    docs = documents(tokenizer, args.max_tokens, args.batch * args.steps, args.seed)
+    texts = text_set(args.texts)
+    docs = documents(tokenizer, texts, args.max_tokens, min(len(texts), args.batch * args.steps), args.seed)
     pad, mask = tokenizer.pad_token_id, tokenizer.mask_token_id
     specials = {tokenizer.convert_tokens_to_ids(t) for t in tokenizer.all_special_tokens}
     generator = torch.Generator().manual_seed(args.seed)
@@ -205,7 +207,8 @@ def run(args: argparse.Namespace) -> Section:
     section = Section()
     section.rows.append(
         Row(
-            f"ModernBERT pretraining step, {args.layers} x {args.width}, {args.batch} docstrings a step (up to "
+            f"ModernBERT pretraining step, {args.layers} x {args.width}, {args.texts} texts, {args.batch} a step "
+            f"(up to "
             f"{args.max_tokens} tokens; {tokens} real tokens, {padded} padded), fp32, {args.threads} threads: words/s",
             f"{words['ours']:.0f} words/s, {100 * shares['ours']:.0f}% of the matmul rate ({rate / 1e9:.0f} GFLOP/s)",
             f"transformers `ModernBertForMaskedLM` + AdamW {words['transformers']:.0f} words/s, "
@@ -219,6 +222,7 @@ def run(args: argparse.Namespace) -> Section:
         "width": args.width,
         "batch": args.batch,
         "steps": args.steps,
+        "texts": args.texts,
         "max_tokens": args.max_tokens,
         "real_tokens": tokens,
         "padded_tokens": padded,
@@ -247,6 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=1024, help="documents cut at (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    parser.add_argument(
+        "--texts",
+        choices=("mixed", "long"),
+        default="mixed",
+        help="documents: whole docstrings (a few tokens to thousands) or paragraphs of 350-600 tokens "
+        "(default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="documents' order and masks (default: %(default)s)")
     parser.add_argument(
         "--out", type=Path, help="JSON results (default: benchmarks/results/scratch-pretraining-DATE.json)"
