@@ -172,19 +172,7 @@ def st_folder(root: Path, family: str, layers: int, width: int, texts: list[str]
         max_seq_length = 512
     else:
         tokenizer = modernbert_tokenizer(texts)
-        ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in MODERNBERT_IDS.items()}
-        config = transformers.ModernBertConfig(
-            vocab_size=-(-len(tokenizer) // 64) * 64,  # rows padded to a multiple of 64, as ModernBERT's
-            hidden_size=width,
-            num_hidden_layers=layers,
-            num_attention_heads=max(1, width // 64),
-            intermediate_size=3 * width // 2,
-            local_attention=MODERNBERT_WINDOW,
-            global_attn_every_n_layers=3,
-            max_position_embeddings=8192,
-            **ids,
-        )
-        transformers.ModernBertModel(config).eval().save_pretrained(hf_dir)
+        transformers.ModernBertModel(modernbert_config(tokenizer, layers, width)).eval().save_pretrained(hf_dir)
         max_seq_length = 8192  # modernbert-embed-base's and gte-modernbert-base's: long texts run whole
     tokenizer.save_pretrained(hf_dir)
     with warnings.catch_warnings():
@@ -237,6 +225,25 @@ def modernbert_tokenizer(texts: list[str]) -> Any:
         pad_token="[PAD]",
         unk_token="[UNK]",
         mask_token="[MASK]",
+    )
+
+
+def modernbert_config(tokenizer: Any, layers: int, width: int) -> Any:
+    """transformers' ``ModernBertConfig`` of ``layers`` x ``width`` with ModernBERT-base's structure
+    (heads of 64, GeGLU 1.5x the width, a global layer every third, the window of
+    :data:`MODERNBERT_WINDOW`, 8192 positions) and ``tokenizer``'s special ids."""
+    import transformers
+
+    return transformers.ModernBertConfig(
+        vocab_size=-(-len(tokenizer) // 64) * 64,  # rows padded to a multiple of 64, as ModernBERT's
+        hidden_size=width,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, width // 64),
+        intermediate_size=3 * width // 2,
+        local_attention=MODERNBERT_WINDOW,
+        global_attn_every_n_layers=3,
+        max_position_embeddings=8192,
+        **{name: tokenizer.convert_tokens_to_ids(token) for name, token in MODERNBERT_IDS.items()},
     )
 
 

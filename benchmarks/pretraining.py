@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.embed import MODERNBERT_IDS, MODERNBERT_WINDOW, layer_flops, modernbert_tokenizer  # noqa: E402
+from benchmarks.embed import layer_flops, modernbert_config, modernbert_tokenizer  # noqa: E402
 from benchmarks.run import RESULTS, Row, Section, alternate, fp32_matmul_rate, progress, write_results  # noqa: E402
 from benchmarks.texts import text_set  # noqa: E402
 
@@ -106,20 +106,8 @@ def build_models(folder: Path, tokenizer: Any, layers: int, width: int) -> tuple
 
     from roberta_ext.checkpoints.transformers import load_transformers
 
-    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in MODERNBERT_IDS.items()}
-    config = transformers.ModernBertConfig(
-        vocab_size=-(-len(tokenizer) // 64) * 64,
-        hidden_size=width,
-        num_hidden_layers=layers,
-        num_attention_heads=max(1, width // 64),
-        intermediate_size=3 * width // 2,
-        local_attention=MODERNBERT_WINDOW,
-        global_attn_every_n_layers=3,
-        max_position_embeddings=8192,
-        **ids,
-    )
     torch.manual_seed(0)
-    theirs = transformers.ModernBertForMaskedLM(config)
+    theirs = transformers.ModernBertForMaskedLM(modernbert_config(tokenizer, layers, width))
     theirs.save_pretrained(folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
