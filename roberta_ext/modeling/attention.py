@@ -232,29 +232,49 @@ def _has_varlen() -> bool:
 
 @dataclass(frozen=True)
 class Packing:
-    """Where the real tokens of a padded (B, T) batch lie once packed back to back into (N, ...):
-    row b's real tokens, in order, are the b-th run (left or right padding alike). Computed once
+    """Where the real tokens of a padded (B, T) batch lie once packed back to back into (N, ...),
+    and which sequences they form: row b's real tokens, in order, are the b-th run (left or right
+    padding alike) — or, with ``document_starts``, each document of a row is a run of its own
+    (whole documents packed into rows: attention and positions stay inside each). Computed once
     per batch and shared by every layer.
 
     >>> packing = Packing.from_padding_mask(torch.tensor([[False, False, True], [True, False, False]]))
     >>> packing.seq_lens, packing.cu_seqlens.tolist(), packing.max_len
     ([2, 2], [0, 2, 4], 2)
+    >>> starts = torch.tensor([[False, False, True], [False, True, False]])  # row 0 holds two documents
+    >>> packing = Packing.from_padding_mask(torch.zeros(2, 3, dtype=torch.bool), document_starts=starts)
+    >>> packing.seq_lens, packing.positions.tolist()
+    ([2, 1, 1, 2], [0, 1, 0, 0, 0, 1])
     """
 
     padding_mask: torch.Tensor  # (B, T), True on padding
     keep: torch.Tensor  # (N,) positions of the real tokens in the flattened (B * T)
-    lengths: torch.Tensor  # (B,) the runs' lengths, on the batch's device
+    lengths: torch.Tensor  # (S,) the runs' lengths, on the batch's device (S = B without documents)
     seq_lens: list[int]  # the same, on the host
     max_len: int  # the longest run
     strategy: str = "auto"  # one of PACKED_STRATEGIES, or "auto": chosen per attention call
+    run_starts: torch.Tensor | None = None  # (S,) where each run starts in the packed tokens; None: one per row
 
     @classmethod
-    def from_padding_mask(cls, padding_mask: torch.Tensor, strategy: str = "auto") -> Packing:
+    def from_padding_mask(
+        cls, padding_mask: torch.Tensor, strategy: str = "auto", document_starts: torch.Tensor | None = None
+    ) -> Packing:
+        """The packing of a batch with ``padding_mask`` (B, T); ``document_starts`` (B, T), True on
+        the first token of each document after a row's first (a row's first real token always
+        starts one), makes each document a run. A row without real tokens has a run of length 0
+        without documents, and none with them."""
         real = ~padding_mask
-        lengths = real.sum(dim=1)  # (B,)
-        seq_lens = lengths.tolist()
         keep = real.flatten().nonzero().squeeze(1)
-        return cls(padding_mask, keep, lengths, seq_lens, max(seq_lens, default=0), strategy)
+        if document_starts is None:
+            lengths = real.sum(dim=1)  # (B,)
+            seq_lens = lengths.tolist()
+            return cls(padding_mask, keep, lengths, seq_lens, max(seq_lens, default=0), strategy)
+        first = (document_starts | (real.cumsum(dim=1) == 1)) & real  # (B, T): each run's first token
+        run_starts = first.flatten().index_select(0, keep).nonzero().squeeze(1)  # (S,)
+        ends = torch.cat([run_starts[1:], run_starts.new_tensor([keep.numel()])])
+        lengths = ends - run_starts
+        seq_lens = lengths.tolist()
+        return cls(padding_mask, keep, lengths, seq_lens, max(seq_lens, default=0), strategy, run_starts)
 
     @cached_property
     def cu_seqlens(self) -> torch.Tensor:
@@ -281,8 +301,28 @@ class Packing:
     @cached_property
     def positions(self) -> torch.Tensor:
         """(N,) each packed token's position in its own sequence, from 0 (rotary positions restart
-        at every sequence)."""
-        return self.pack(real_positions(self.padding_mask))
+        at every sequence, and at every document)."""
+        if self.run_starts is None:
+            return self.pack(real_positions(self.padding_mask))
+        run_of = torch.repeat_interleave(torch.arange(len(self.seq_lens), device=self.keep.device), self.lengths)
+        return torch.arange(self.keep.numel(), device=self.keep.device) - self.run_starts[run_of]
+
+    @cached_property
+    def run_slots(self) -> torch.Tensor:
+        """(N,) each packed token's place in the (S * max_len) layout of the runs padded to the
+        longest: run r's tokens at ``r * max_len + position``."""
+        run_of = torch.repeat_interleave(torch.arange(len(self.seq_lens), device=self.keep.device), self.lengths)
+        return run_of * self.max_len + self.positions
+
+    def pad_runs(self, packed: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (S, max_len, ...): each run padded to the longest, zeros after its end."""
+        runs = len(self.seq_lens)
+        out = packed.new_zeros(runs * self.max_len, *packed.shape[1:]).index_copy(0, self.run_slots, packed)
+        return out.view(runs, self.max_len, *packed.shape[1:])
+
+    def unpad_runs(self, padded: torch.Tensor) -> torch.Tensor:
+        """(S, max_len, ...) -> (N, ...), the inverse of :meth:`pad_runs`."""
+        return padded.flatten(0, 1).index_select(0, self.run_slots)
 
     @cached_property
     def offsets(self) -> torch.Tensor:
@@ -313,10 +353,18 @@ class Packing:
         return "varlen" if varlen_suits(q, dropout_p) else "padded"
 
 
-def packing_for(strategy: str, padding_mask: torch.Tensor) -> Packing | None:
+def packing_for(
+    strategy: str, padding_mask: torch.Tensor, document_starts: torch.Tensor | None = None
+) -> Packing | None:
     """The packing of a batch with padding (``padding_mask`` (B, T), True on padding) under
     ``strategy``, or None where the layers run on the padded batch with padded keys masked out
-    (``masked``, and ``auto`` below :data:`PACKING_MIN_PADDING` or on a small GPU batch)."""
+    (``masked``, and ``auto`` below :data:`PACKING_MIN_PADDING` or on a small GPU batch). Rows of
+    several documents (``document_starts``, see :meth:`Packing.from_padding_mask`) are always
+    packed, each document a sequence: under ``masked`` as under ``auto``."""
+    if document_starts is not None:
+        return Packing.from_padding_mask(
+            padding_mask, strategy if strategy in PACKED_STRATEGIES else "auto", document_starts
+        )
     if strategy in PACKED_STRATEGIES or (strategy == "auto" and should_pack(padding_mask)):
         return Packing.from_padding_mask(padding_mask, strategy)
     return None
@@ -363,18 +411,19 @@ def per_sequence_attention(
 def padded_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float, window: int | None = None
 ) -> torch.Tensor:
-    """Packed (N, H, D) -> (N, H, D) in one SDPA call over the batch, padded back to (B, H, T, D)
-    with padded keys masked out (and, with a ``window``, keys outside it: a (B, 1, T, T) mask, as
-    this strategy restores the padding anyway)."""
+    """Packed (N, H, D) -> (N, H, D) in one SDPA call over the runs padded to the longest, (S, H,
+    L, D), padded keys masked out (and, with a ``window``, keys outside it: an (S, 1, L, L) mask, as
+    this strategy pads anyway). Without documents the runs are the rows."""
 
     def padded(t: torch.Tensor) -> torch.Tensor:
-        return packing.unpack(t).transpose(1, 2)  # (B, H, T, D)
+        return packing.pad_runs(t).transpose(1, 2)  # (S, H, L, D)
 
-    attn_mask = ~packing.padding_mask[:, None, None, :]  # (B, 1, 1, T), True where a key may be attended
+    positions = torch.arange(packing.max_len, device=q.device)
+    attn_mask = (positions[None, :] < packing.lengths[:, None])[:, None, None, :]  # (S, 1, 1, L): real keys
     if window is not None:
-        attn_mask = attn_mask & window_mask(real_positions(packing.padding_mask), window)[:, None]  # (B, 1, T, T)
+        attn_mask = attn_mask & window_mask(positions, window)  # (S, 1, L, L)
     out = attention(padded(q), padded(k), padded(v), attn_mask, dropout_p)
-    return packing.pack(out.transpose(1, 2))
+    return packing.unpad_runs(out.transpose(1, 2))
 
 
 def nested_attention(

@@ -87,9 +87,14 @@ class LearnedPositionalEmbedding(nn.Embedding):
         super().__init__(num_embeddings, embedding_dim, padding_idx)
         self.max_positions = num_embeddings - padding_idx - 1
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, C)
-        positions = make_positions(tokens, self.padding_idx)
-        return F.embedding(positions, self.weight, self.padding_idx)
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) -> (B, T, C); ``positions`` (B, T), from 0 on real tokens: where they do not
+        count from each row's first token (documents packed into a row restart at each)."""
+        if positions is None:
+            ids = make_positions(tokens, self.padding_idx)
+        else:
+            ids = torch.where(tokens.eq(self.padding_idx), self.padding_idx, positions + self.padding_idx + 1)
+        return F.embedding(ids, self.weight, self.padding_idx)
 
 
 class AbsolutePositionalEmbedding(nn.Embedding):
@@ -99,7 +104,10 @@ class AbsolutePositionalEmbedding(nn.Embedding):
         super().__init__(num_embeddings, embedding_dim)
         self.max_positions = num_embeddings
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (1, T, C), broadcast over B
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) -> (1, T, C), broadcast over B; with ``positions`` (B, T): (B, T, C)."""
+        if positions is not None:
+            return F.embedding(positions, self.weight)
         return self.weight[: tokens.size(1)].unsqueeze(0)
 
 
@@ -388,15 +396,50 @@ class TransformerEncoder(nn.Module):
         return previous
 
     def forward(
-        self, tokens: torch.Tensor, return_all_hiddens: bool = False, segment_labels: torch.Tensor | None = None
+        self,
+        tokens: torch.Tensor,
+        return_all_hiddens: bool = False,
+        segment_labels: torch.Tensor | None = None,
+        document_starts: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """``tokens``: (B, T) indices; ``segment_labels``: (B, T) segment ids for models with
-        segment embeddings (default: all 0). Returns the last layer's features (B, T, C) and,
-        when ``return_all_hiddens``, the embedding output followed by every layer's output.
-        How a batch with padding is attended: :attr:`attention`."""
+        segment embeddings (default: all 0); ``document_starts``: (B, T), True on the first token
+        of each document after a row's first, for rows of whole documents packed back to back:
+        each document is then attended, and positioned, as a sequence of its own. Returns the
+        last layer's features (B, T, C) and, when ``return_all_hiddens``, the embedding output
+        followed by every layer's output. How a batch with padding is attended: :attr:`attention`."""
+        if document_starts is not None:
+            return self.forward_documents(tokens, document_starts, return_all_hiddens, segment_labels)
         if self.inference_forward is not None and not self.training:
             return self.inference_forward(tokens, return_all_hiddens, segment_labels)
         return self.forward_eager(tokens, return_all_hiddens, segment_labels)
+
+    def forward_documents(
+        self,
+        tokens: torch.Tensor,
+        document_starts: torch.Tensor,
+        return_all_hiddens: bool = False,
+        segment_labels: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """:meth:`forward` on rows of several documents: the layers run packed, one sequence per
+        document, with positions (rotary or learned) from 0 at each document's first token; a
+        token's outputs are those of its document alone.
+
+        >>> cfg = EncoderConfig(vocab_size=64, encoder_layers=1, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
+        ...                     encoder_attention_heads=4, max_positions=64)
+        >>> encoder = TransformerEncoder(cfg).eval()
+        >>> row, starts = torch.tensor([[0, 5, 2, 7, 8, 2]]), torch.tensor([[0, 0, 0, 1, 0, 0]]).bool()
+        >>> alone = encoder(torch.tensor([[7, 8, 2]]))[0]
+        >>> torch.allclose(encoder(row, document_starts=starts)[0][:, 3:], alone, atol=1e-6)
+        True
+        """
+        padding_mask = tokens.eq(self.padding_idx)  # (B, T), True on padding
+        packing = packing_for(self.attention or default_attention(), padding_mask, document_starts)
+        assert packing is not None  # rows of documents are always packed
+        positions = packing.unpack(packing.positions)  # (B, T): from 0 in each document
+        x = self.embed(tokens, segment_labels, positions)  # (B, T, C)
+        x = x * (~padding_mask).unsqueeze(-1).type_as(x)
+        return self._forward_packed(x, packing, return_all_hiddens)
 
     def forward_eager(
         self, tokens: torch.Tensor, return_all_hiddens: bool = False, segment_labels: torch.Tensor | None = None
@@ -475,12 +518,15 @@ class TransformerEncoder(nn.Module):
             window=window,
         )
 
-    def embed(self, tokens: torch.Tensor, segment_labels: torch.Tensor | None = None) -> torch.Tensor:
+    def embed(
+        self, tokens: torch.Tensor, segment_labels: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The embeddings of (B, T) ``tokens``: token + position (+ segment) embeddings, normalised,
-        dropped out and projected to the layers' width: (B, T, C)."""
+        dropped out and projected to the layers' width: (B, T, C). ``positions`` (B, T), from 0:
+        where they do not count from each row's first real token (rows of documents)."""
         x = self.embed_tokens(tokens)  # (B, T, E)
         if self.embed_positions is not None:
-            x = x + self.embed_positions(tokens)
+            x = x + self.embed_positions(tokens, positions)
         if self.segment_embeddings is not None:
             if segment_labels is None:
                 x = x + self.segment_embeddings.weight[0]

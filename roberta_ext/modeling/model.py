@@ -91,8 +91,9 @@ class RobertaEncoder(nn.Module):
         return_all_hiddens: bool = False,
         masked_tokens: torch.Tensor | None = None,
         segment_labels: torch.Tensor | None = None,
+        document_starts: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        features, hiddens = self.sentence_encoder(tokens, return_all_hiddens, segment_labels)
+        features, hiddens = self.sentence_encoder(tokens, return_all_hiddens, segment_labels, document_starts)
         out = features if features_only else self.lm_head(features, masked_tokens)
         return out, {"inner_states": hiddens if return_all_hiddens else None}
 
@@ -188,11 +189,14 @@ class EncoderModel(nn.Module):
         *,
         segment_labels: torch.Tensor | None = None,
         return_all_hiddens: bool = False,
+        document_starts: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """The transformer's output for ``tokens`` (B, T), padded with ``cfg.padding_idx``;
-        ``segment_labels`` (B, T) for models with segment embeddings (default: all 0). How padded
+        ``segment_labels`` (B, T) for models with segment embeddings (default: all 0);
+        ``document_starts`` (B, T) for rows of whole documents packed back to back (True on the
+        first token of each document after a row's first: each is attended alone). How padded
         rows are attended is the core's choice (:meth:`set_attention`); padding positions are 0."""
-        last, hiddens = self.encoder.sentence_encoder(tokens, return_all_hiddens, segment_labels)
+        last, hiddens = self.encoder.sentence_encoder(tokens, return_all_hiddens, segment_labels, document_starts)
         return EncoderOutput(last, tuple(hiddens) if return_all_hiddens else None)
 
     def lm_logits(self, features: torch.Tensor, masked_tokens: torch.Tensor | None = None) -> torch.Tensor:
@@ -251,15 +255,20 @@ class EncoderModel(nn.Module):
         masked_tokens: torch.Tensor | None = None,
         segment_labels: torch.Tensor | None = None,
         token_head_name: str | None = None,
+        document_starts: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """fairseq's call convention: ``src_tokens`` (B, T) -> (features (B, T, C) or logits,
         ``{"inner_states": [(B, T, C), ...] | None}``). Hidden states are batch-first here.
         ``segment_labels`` (B, T) feed the segment embeddings of BERT-like models;
-        ``token_head_name`` returns that token head's (B, T, num_labels) logits."""
+        ``token_head_name`` returns that token head's (B, T, num_labels) logits;
+        ``document_starts`` (B, T) marks the first token of each further document of rows that
+        pack whole documents (each attended and positioned alone: ``TransformerEncoder.forward``)."""
         head_name = classification_head_name or token_head_name
         if head_name is not None:
             features_only = True
-        x, extra = self.encoder(src_tokens, features_only, return_all_hiddens, masked_tokens, segment_labels)
+        x, extra = self.encoder(
+            src_tokens, features_only, return_all_hiddens, masked_tokens, segment_labels, document_starts
+        )
         if classification_head_name is not None:
             x = self.classify(classification_head_name, x, padding_mask=src_tokens.eq(self.cfg.padding_idx))
         elif token_head_name is not None:
