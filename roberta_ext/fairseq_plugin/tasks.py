@@ -76,6 +76,14 @@ class RobertaExtMLMConfig(FairseqDataclass):
     bpe_vocab: Optional[str] = field(
         default=None, metadata={"help": "GPT-2 vocab.bpe, to find word starts (default: DATA/vocab.bpe)"}
     )
+    pack_documents: bool = field(
+        default=False,
+        metadata={
+            "help": "attend within each document: a block's lines (each ends with </s>) are packed back to back "
+            "without padding and each is attended, and positioned, as a sequence of its own (ModernBERT's "
+            "packing; with --sample-break-mode complete, whole documents)"
+        },
+    )
     shorten_method: SHORTEN_METHOD_CHOICES = field(default="none", metadata={"help": "shorten over-long sequences"})
     shorten_data_split_list: str = field(default="", metadata={"help": "splits to shorten (default: all)"})
     # fairseq reuses the data loader across epochs by default; with --num-workers > 0 its
@@ -89,13 +97,28 @@ class RobertaExtMLMConfig(FairseqDataclass):
     seed: int = II("common.seed")
 
 
-class BatchMaskedLMDataset(BaseWrapperDataset):
-    """Blocks of tokens in, masked-LM batches out; masking is done once per batch in the collater."""
+def document_starts(tokens: torch.Tensor, eos: int, pad: int) -> torch.Tensor:
+    """(B, T) True on the first token of each document after a row's first: the token after each
+    ``</s>`` that is not padding (fairseq-preprocess ends every line with ``</s>``). Read from the
+    tokens before masking, which may replace a ``</s>``.
 
-    def __init__(self, dataset: Any, masker: BatchMasker, pad_idx: int) -> None:
+    >>> document_starts(torch.tensor([[0, 5, 2, 7, 2, 8], [0, 6, 2, 1, 1, 1]]), eos=2, pad=1).int().tolist()
+    [[0, 0, 0, 1, 0, 1], [0, 0, 0, 0, 0, 0]]
+    """
+    starts = torch.zeros_like(tokens, dtype=torch.bool)
+    starts[:, 1:] = tokens[:, :-1].eq(eos) & tokens[:, 1:].ne(pad)
+    return starts
+
+
+class BatchMaskedLMDataset(BaseWrapperDataset):
+    """Blocks of tokens in, masked-LM batches out; masking is done once per batch in the collater.
+    With ``eos`` (``--pack-documents``), the batch tells the model where each document starts."""
+
+    def __init__(self, dataset: Any, masker: BatchMasker, pad_idx: int, eos: int | None = None) -> None:
         super().__init__(dataset)
         self.masker = masker
         self.pad_idx = pad_idx
+        self.eos = eos
         self.epoch = 1
 
     @property
@@ -136,12 +159,15 @@ class BatchMaskedLMDataset(BaseWrapperDataset):
         ids = torch.tensor([s["id"] for s in samples], dtype=torch.long)
         tokens = data_utils.collate_tokens([s["source"] for s in samples], self.pad_idx)  # (B, T), right-padded
         lengths = tokens.ne(self.pad_idx).sum(dim=1)
+        net_input = {"src_lengths": lengths}
+        if self.eos is not None:
+            net_input["document_starts"] = document_starts(tokens, self.eos, self.pad_idx)
         src_tokens, target = self.masker(tokens, ids, self.epoch)
         return {
             "id": ids,
             "nsentences": len(samples),
             "ntokens": int(lengths.sum()),
-            "net_input": {"src_tokens": src_tokens, "src_lengths": lengths},
+            "net_input": {"src_tokens": src_tokens, **net_input},
             "target": target,
         }
 
@@ -258,7 +284,8 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
         )
         logger.info(f"loaded {len(dataset)} blocks from: {split_path}")
         dataset = PrependTokenDataset(dataset, self.dictionary.bos())
-        masked = BatchMaskedLMDataset(dataset, self._masker(data_path), self.dictionary.pad())
+        eos = self.dictionary.eos() if self.cfg.pack_documents else None
+        masked = BatchMaskedLMDataset(dataset, self._masker(data_path), self.dictionary.pad(), eos)
         with data_utils.numpy_seed(self.cfg.seed + epoch):
             shuffle = np.random.permutation(len(dataset))
         self.datasets[split] = SortDataset(masked, sort_order=[shuffle, dataset.sizes])

@@ -139,7 +139,7 @@ STAND_INS = (
     StandIn("pretraining.md", "--arch modernbert_ext_base", append=PRETRAIN_SMALL),
     StandIn(
         "pretraining.md",
-        "--config-name modernbert_base",
+        "--config-name modernbert_base ",  # the space: not modernbert_base_extend
         append=(
             "common.cpu=true dataset.num_workers=0 dataset.batch_size=8 'optimization.update_freq=[1]' "
             "optimization.max_update=3 lr_scheduler.warmup_updates=1 lr_scheduler.decay_updates=1 "

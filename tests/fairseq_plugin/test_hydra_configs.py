@@ -381,3 +381,50 @@ def test_fairseq_train_names_max_positions_for_a_checkpoint_of_other_positions(f
     assert "check --arch and the size options" in error
     assert error.endswith("the checkpoint's position table is that of max_positions 32: pass --max-positions 32")
     assert "task.max_positions" not in error
+
+
+MODERNBERT_SMALL = [
+    "model.encoder_layers=3",
+    "model.encoder_embed_dim=32",
+    "model.encoder_ffn_embed_dim=48",
+    "model.encoder_attention_heads=2",
+    "model.local_attention=8",
+    "model.bf16_autocast=false",
+    "dataset.batch_size=4",
+    "optimization.update_freq=[1]",
+    "lr_scheduler.decay_updates=1",
+]
+
+
+def modernbert_phase(folder: Path, config: str, *overrides: str) -> str:
+    args = ["--config-dir", str(OURS / "pretraining"), "--config-name", config, "task.data=data-bin"]
+    args += [f"common.user_dir={USER_DIR}", *MODERNBERT_SMALL, *ON_CPU, *overrides]
+    return run("fairseq-hydra-train", *args, cwd=folder)
+
+
+def test_modernbert_context_extension_restores_the_first_phase_with_a_longer_row_and_theta(folder: Path):
+    """ModernBERT's two phases from their configs: ``modernbert_base`` (rows of documents packed
+    apart, global theta 10,000), then ``modernbert_base_extend`` restoring its checkpoint with
+    longer rows and the global theta raised, the optimizer, schedule and counters reset."""
+    first = modernbert_phase(
+        folder,
+        "modernbert_base",
+        "checkpoint.save_dir=modernbert-1",
+        "task.tokens_per_sample=32",
+        "optimization.max_update=2",
+        "lr_scheduler.warmup_updates=1",
+    )
+    assert "'pack_documents': True" in first and "'rotary_theta': 10000.0" in first
+    extended = modernbert_phase(
+        folder,
+        "modernbert_base_extend",
+        "checkpoint.save_dir=modernbert-2",
+        "checkpoint.restore_file=modernbert-1/checkpoint_last.pt",
+        "task.tokens_per_sample=64",
+        "optimization.max_update=2",
+    )
+    assert "Loaded checkpoint modernbert-1/checkpoint_last.pt (epoch 1 @ 0 updates)" in extended
+    assert [int(r["num_updates"]) for r in log_records(extended)] == [1, 2]  # counters reset
+    saved = fairseq.checkpoint_utils.load_checkpoint_to_cpu(str(folder / "modernbert-2" / "checkpoint_last.pt"))
+    assert saved["cfg"]["model"]["rotary_theta"] == 160000.0 and saved["cfg"]["task"]["tokens_per_sample"] == 64
+    assert saved["cfg"]["optimizer"]["_name"] == "roberta_ext_stable_adamw"

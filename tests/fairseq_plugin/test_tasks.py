@@ -70,3 +70,36 @@ def test_size_filter_counts_the_prepended_bos(tmp_path, break_mode):
         task.filter_indices_by_size(
             dataset.ordered_indices(), dataset, max_positions=TOKENS_PER_SAMPLE, ignore_invalid_inputs=False
         )
+
+
+@pytest.mark.parametrize("family", ["tiny", "modernbert-tiny"])
+def test_pack_documents_gives_each_line_of_a_block_its_own_attention(tmp_path, family):
+    """``--pack-documents``: the batch carries where each line (document) of a block starts, read
+    before masking; the model attends and positions each alone, so a block's features are its
+    documents' features one by one (RoBERTa's learned positions and ModernBERT's rotary ones)."""
+    lengths = [3, 5, 2, 6, 4, 1, 7]
+    sentences = [[f"w{(i * 7 + k) % 11}" for k in range(n)] for i, n in enumerate(lengths)]
+    data = binarize(tmp_path, sentences)
+    common = dict(data=str(data), tokens_per_sample=24, sample_break_mode="complete", seed=1, mask_prob=0.3)
+    packed = RobertaExtMLMTask.setup_task(RobertaExtMLMConfig(pack_documents=True, **common))
+    plain = RobertaExtMLMTask.setup_task(RobertaExtMLMConfig(**common))
+    for task in (packed, plain):
+        task.load_dataset("valid")
+    samples = [packed.dataset("valid")[i] for i in range(len(packed.dataset("valid")))]
+    batch = packed.dataset("valid").collater(samples)
+    assert "document_starts" not in plain.dataset("valid").collater(samples)["net_input"]
+    tokens, starts = batch["net_input"]["src_tokens"], batch["net_input"]["document_starts"]
+    eos, pad = packed.dictionary.eos(), packed.dictionary.pad()
+    originals = [sample["source"] for sample in samples]
+    assert starts.any() and int(starts.sum()) == sum(int(row[:-1].eq(eos).sum()) for row in originals)
+
+    torch.manual_seed(0)
+    model = RobertaModel(preset(family, vocab_size=len(packed.dictionary), max_positions=24)).eval()
+    with torch.no_grad():
+        features = model(tokens, features_only=True, document_starts=starts)[0]
+        for row, source in enumerate(originals):
+            ends = [0, *(i + 1 for i in source.eq(eos).nonzero().flatten().tolist())]
+            for begin, end in zip(ends, ends[1:]):
+                alone = model(tokens[row : row + 1, begin:end], features_only=True)[0][0]
+                torch.testing.assert_close(features[row, begin:end], alone, atol=2e-5, rtol=1e-4)
+    assert tokens.ne(pad).sum() == batch["ntokens"]
