@@ -131,7 +131,7 @@ LR, WARMUP, DECAY, TOTAL = 1e-3, 2, 4, 8
 RECIPE = (
     "--task roberta_ext_mlm --criterion roberta_ext_mlm --arch modernbert_ext_base --mask-prob 0.3 "
     "--encoder-layers 2 --encoder-embed-dim 32 --encoder-ffn-embed-dim 48 --encoder-attention-heads 4 "
-    "--tokens-per-sample 32 --batch-size 8 "
+    "--tokens-per-sample 32 --sample-break-mode complete --pack-documents --rotary-theta 10000 --batch-size 8 "
     "--optimizer roberta_ext_stable_adamw --adam-betas (0.9,0.98) --adam-eps 1e-06 --weight-decay 1e-05 "
     "--decouple-lr --no-decay-bias-and-norm --clip-norm 0 "
     f"--lr {LR} --lr-scheduler roberta_ext_warmup_stable_decay --warmup-updates {WARMUP} "
@@ -216,11 +216,20 @@ def test_the_config_is_the_recipe_with_the_presets_model():
         for f in dataclasses.fields(EncoderConfig)
         if f.metadata["plugin"]
     }
-    assert config["model"] == {"_name": "roberta_ext", **options, "bf16_autocast": True}
+    # The first phase's global theta is 10,000; the extension raises it to the preset's 160,000.
+    assert config["model"] == {"_name": "roberta_ext", **options, "rotary_theta": 10000.0, "bf16_autocast": True}
+    assert preset.rotary_theta == 160000.0
     assert config["task"] == {
-        "_name": "roberta_ext_mlm", "data": "???", "sample_break_mode": "none", "tokens_per_sample": 1024,
-        "mask_prob": 0.3,
+        "_name": "roberta_ext_mlm", "data": "???", "sample_break_mode": "complete", "pack_documents": True,
+        "tokens_per_sample": 1024, "mask_prob": 0.3,
     }  # fmt: skip
+    extend = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.load(CONFIG.with_name("modernbert_base_extend.yaml")))
+    assert extend["model"] == {**config["model"], "rotary_theta": 160000.0}
+    assert extend["task"] == {**config["task"], "tokens_per_sample": 8192}
+    assert extend["optimizer"] == config["optimizer"] and extend["criterion"] == config["criterion"]
+    assert {k: v for k, v in extend["checkpoint"].items() if k.startswith("reset_")} == dict.fromkeys(
+        ("reset_optimizer", "reset_lr_scheduler", "reset_dataloader", "reset_meters"), True
+    )
     assert config["optimizer"]["_name"] == "roberta_ext_stable_adamw"
     assert config["lr_scheduler"]["_name"] == "roberta_ext_warmup_stable_decay"
     assert config["optimization"]["clip_norm"] == 0 and config["optimization"]["lr"] == [0.0008]
