@@ -139,13 +139,21 @@ def attends_blockwise(length: int, window: int | None) -> bool:
 
 
 def local_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, dropout_p: float = 0.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    dropout_p: float = 0.0,
+    key_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of (B, H, L, D) queries to the keys at most ``window`` positions away, computed
     block by block: the L queries are cut into blocks of ``window``, and each block attends only
     to the ``3 * window`` keys around it, with a fixed banded mask. Work and memory grow with
     ``L * window``, not ``L * L`` (the (L, L) mask is never built); equal to one SDPA call over
-    the whole sequence with :func:`window_mask`, to float rounding.
+    the whole sequence with :func:`window_mask`, to float rounding. ``key_mask`` (B, 1, 1, L),
+    True on the keys that may be attended (a padded batch's real tokens), masks the rest; the
+    window then counts positions in the row as given (padding only at a row's ends keeps the
+    real tokens' distances).
 
     >>> q, k, v = torch.randn(3, 1, 2, 10, 4).unbind(0)
     >>> whole = F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(torch.arange(10), 2))
@@ -173,7 +181,12 @@ def local_attention(
     key_real = (starts + column >= 0) & (starts + column < length)  # (n, 1, span)
     query_padding = starts + row >= length  # (n, b, 1): rows past the end, sliced off below
     mask = ((row - column).abs() <= window) & key_real | query_padding  # (n, b, span)
-    mask = mask[:, None].repeat(batch, 1, 1, 1)  # (B * n, 1, b, span)
+    if key_mask is None:
+        mask = mask[:, None].repeat(batch, 1, 1, 1)  # (B * n, 1, b, span)
+    else:  # each row's own keys: its window of key_mask beside each block
+        keys = F.pad(key_mask.reshape(batch, length), (window, padded - length + window)).unfold(1, span, block)
+        mask = (mask[None] & keys[:, :, None, :]) | query_padding  # (B, n, b, span)
+        mask = mask.view(batch * blocks, 1, block, span)
     out = attention(queries, windows(k), windows(v), mask, dropout_p)  # (B * n, H, b, D)
     out = out.view(batch, blocks, heads, block, dim).transpose(1, 2).reshape(batch, heads, padded, dim)
     return out[:, :, :length]

@@ -189,8 +189,9 @@ class MultiheadSelfAttention(nn.Module):
             q, k = apply_rotary(q, rotation), apply_rotary(k, rotation)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         dropout_p = self.dropout if self.training else 0.0
-        if window is not None and attn_mask is None and attends_blockwise(length, window):
-            out = local_attention(q, k, v, window, dropout_p)  # a long row without padding, (B, H, T, D)
+        if window is not None and (attn_mask is None or attn_mask.shape[-2] == 1) and attends_blockwise(length, window):
+            # A long row, padded (a (B, 1, 1, T) key mask) or not: only the blocks inside the window.
+            out = local_attention(q, k, v, window, dropout_p, attn_mask)  # (B, H, T, D)
         else:
             out = attention(q, k, v, attn_mask, dropout_p)  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, C)
@@ -457,7 +458,7 @@ class TransformerEncoder(nn.Module):
         packing = packing_for(self.attention or default_attention(), padding_mask)
         if packing is not None:
             return self._forward_packed(x, packing, return_all_hiddens)
-        return self._layers(x, self.attention_inputs(x, padding_mask), return_all_hiddens)
+        return self._layers(x, self.attention_inputs(x, padding_mask, blockwise=True), return_all_hiddens)
 
     def forward_masked(
         self, tokens: torch.Tensor, return_all_hiddens: bool = False, segment_labels: torch.Tensor | None = None
@@ -480,11 +481,19 @@ class TransformerEncoder(nn.Module):
         return self._layers(x, self.attention_inputs(x, padding_mask), return_all_hiddens)
 
     def attention_inputs(
-        self, x: torch.Tensor, padding_mask: torch.Tensor | None, packing: Packing | None = None
+        self,
+        x: torch.Tensor,
+        padding_mask: torch.Tensor | None,
+        packing: Packing | None = None,
+        *,
+        blockwise: bool = False,
     ) -> AttentionInputs:
         """What the layers' attention needs for the batch ``x``: (B, T, C) with its ``padding_mask``
         (B, T) (None: no padding), or packed (N, C) with ``packing``. The masks here are built
-        without a branch on the data (``forward_masked`` compiles this)."""
+        without a branch on the data (``forward_masked`` compiles this). ``blockwise`` (eager
+        calls): a padded batch long enough for it has its local layers attend block by block with
+        the key mask, rather than under a (B, 1, T, T) band; compiled and exported graphs keep the
+        band, which has no branch on the length."""
         mask = None if padding_mask is None or packing is not None else (~padding_mask)[:, None, None, :]
         rotary_positions = self.cfg.position_style == "rotary"
         window = None if self.cfg.local_attention is None else self.cfg.local_attention // 2
@@ -497,9 +506,11 @@ class TransformerEncoder(nn.Module):
         else:
             positions = real_positions(padding_mask)  # (B, T)
         local_mask = None
-        # The length is looked at only without a padding mask: torch.export would otherwise guard
-        # the exported graph on it (a window of 8 pinned the length to 6-15).
-        if (
+        # The length is looked at only without a padding mask (or in eager calls): torch.export
+        # would otherwise guard the exported graph on it (a window of 8 pinned the length to 6-15).
+        if window is not None and packing is None and blockwise and attends_blockwise(x.shape[1], window):
+            local_mask = mask  # (B, 1, 1, T) or None: the local layers attend block by block
+        elif (
             window is not None
             and packing is None
             and (padding_mask is not None or (window + 1 < x.shape[1] and not attends_blockwise(x.shape[1], window)))

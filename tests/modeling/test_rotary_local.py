@@ -174,3 +174,37 @@ def test_fairseq_models_keep_their_modules():
     assert names.index("encoder.sentence_encoder.layers.0.self_attn.k_proj.weight") < names.index(
         "encoder.sentence_encoder.layers.0.self_attn.q_proj.weight"
     )
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+def test_blockwise_local_attention_with_a_key_mask_equals_the_band_over_the_padded_batch(left):
+    """The masked path's local layers on a long padded batch attend block by block with the key
+    mask: equal to one SDPA call under the (B, 1, T, T) band and the key mask, which is never built."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 3, 2, 37, 8).unbind(0)
+    lengths = torch.tensor([37, 20, 9])
+    index = torch.arange(37)
+    real = index[None] >= 37 - lengths[:, None] if left else index[None] < lengths[:, None]  # (B, T)
+    key_mask = real[:, None, None, :]
+    whole = F.scaled_dot_product_attention(q, k, v, attn_mask=att.window_mask(index, 4) & key_mask)
+    blockwise = att.local_attention(q, k, v, 4, key_mask=key_mask)
+    torch.testing.assert_close(
+        blockwise[real[:, None, :, None].expand_as(q)], whole[real[:, None, :, None].expand_as(q)]
+    )
+
+
+def test_the_eager_masked_path_keeps_no_length_by_length_mask_for_long_padded_rows():
+    model = tiny()
+    encoder = model.encoder.sentence_encoder
+    tokens = batch_of(LENGTHS)
+    padding = tokens.eq(PAD)
+    x = encoder.embed(tokens)
+    eager = encoder.attention_inputs(x, padding, blockwise=True)
+    assert eager.local_mask is not None and eager.local_mask.shape == (len(LENGTHS), 1, 1, tokens.size(1))
+    compiled = encoder.attention_inputs(x, padding)  # forward_masked's: the band, no branch on the length
+    assert compiled.local_mask is not None and compiled.local_mask.shape == (
+        len(LENGTHS),
+        1,
+        tokens.size(1),
+        tokens.size(1),
+    )
