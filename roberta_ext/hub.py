@@ -412,6 +412,12 @@ class RobertaHubInterface(nn.Module):
             extra_files=lambda directory: write_transformers_tokenizer(
                 self.tokenizer, directory, max_positions=self.max_positions(), mask_token=self.mask_token
             ),
+            special_ids={  # a sequence starts with bos (<s>, [CLS]) and ends with eos (</s>, [SEP])
+                "bos_token_id": self.dictionary.bos(),
+                "eos_token_id": self.dictionary.eos(),
+                "cls_token_id": self.dictionary.bos(),
+                "sep_token_id": self.dictionary.eos(),
+            },
         )
 
     def export_onnx(

@@ -156,6 +156,9 @@ def test_save_transformers_writes_a_folder_transformers_reads_with_the_same_ids_
     assert (logits - expected).abs().max() <= 1e-4
     again = roberta_ext.from_pretrained(str(folder))
     assert isinstance(again.tokenizer, HFTokenizer) and again.dictionary.symbols == hub.dictionary.symbols
+    # The vocabulary's own [CLS]/[SEP] in config.json, not transformers' defaults (50281, 50282).
+    assert (model.config.cls_token_id, model.config.sep_token_id) == (theirs.cls_token_id, theirs.sep_token_id)
+    assert (model.config.bos_token_id, model.config.eos_token_id) == (theirs.cls_token_id, theirs.sep_token_id)
 
 
 def test_the_server_serves_the_family_as_the_hub_answers(hub, peer, fast):

@@ -462,9 +462,13 @@ def save_transformers(
     architecture: str | None = None,
     labels: list[str] | None = None,
     extra_files: Callable[[Path], None] | None = None,
+    special_ids: dict[str, int] | None = None,
 ) -> Path:
     """Write ``model`` as a transformers directory (``config.json`` + ``model.safetensors``,
     and whatever ``extra_files(folder)`` writes: the hub adds the tokenizer's files).
+    ``special_ids`` (``cls_token_id``, ``sep_token_id``, ...) go into ``config.json``: the model
+    alone does not know its vocabulary's, and transformers' defaults (ModernBERT's 50281, ...)
+    would name tokens another vocabulary lacks.
 
     The directory appears whole or not at all: files are written into a temporary sibling that
     is renamed into place (an existing non-empty ``directory`` is refused).
@@ -474,7 +478,7 @@ def save_transformers(
     from safetensors.torch import save_file
 
     architecture = architecture or default_architecture(model)
-    config = transformers_config(model, architecture, labels)
+    config = {**transformers_config(model, architecture, labels), **(special_ids or {})}
     tensors = transformers_state_dict(model, architecture)
     with atomic_directory(directory) as staging:
         (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
