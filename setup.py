@@ -29,6 +29,8 @@ setup(
         "export": ["onnx", "onnxscript", "onnxruntime"],
         # roberta-ext serve: the ASGI app, its server, its metrics, its answers' JSON, its request models.
         "serve": ["starlette", "uvicorn", "prometheus-client", "orjson", "pydantic"],
+        # Past one machine: the server as a Ray Serve deployment, batch embedding as a Ray Data pipeline.
+        "ray": ["ray[serve,data]>=2.60", "pyarrow"],
         "test": [
             "pytest",
             "hypothesis",
@@ -39,6 +41,7 @@ setup(
             "onnxscript",
             "onnxruntime",
             "httpx",
+            "ray[serve,data]>=2.60",
         ],
     },
     entry_points={"console_scripts": ["roberta-ext=roberta_ext.cli:main"]},
