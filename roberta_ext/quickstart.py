@@ -41,6 +41,7 @@ import torch
 
 from .data.masking import BatchMasker, MaskingConfig
 from .data.word_starts import gpt2_word_starts
+from .families import get_family
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = Path(__file__).resolve().parent
@@ -433,8 +434,9 @@ class Options:
     """Print fairseq-train's progress lines as they come (else each step's summary only)."""
 
 
-FAMILIES = {"roberta": "RoBERTa", "modernbert": "ModernBERT"}
-"""The families the quickstart trains (``--family``), and their names in its report."""
+FAMILIES = ("roberta", "modernbert")
+"""The families the quickstart trains (``--family``): each takes its own preset's structure
+and its own pretraining recipe (``Family.pretraining_recipe``) from the family registry."""
 
 ROBERTA_OPTIMIZATION = (
     *("--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6", "--clip-norm", "1.0"),
@@ -445,42 +447,41 @@ ROBERTA_OPTIMIZATION = (
 
 def model_options(options: Options) -> list[str]:
     """``fairseq-train``'s model flags of the quickstart's small model, the same for pretraining
-    and fine-tuning: ``roberta_ext_base`` or ``modernbert_ext_base`` cut to ``layers`` x ``dim``.
-    The ModernBERT keeps its family's structure (a global layer every third, GeGLU 1.5x the
-    width) with a window of a quarter of a row, so that its local layers see less than a row.
+    and fine-tuning: ``<family>_ext_base`` cut to ``layers`` x ``dim``, with its preset's FFN
+    ratio (RoBERTa 4x, ModernBERT's GeGLU 1.5x) and, for a family with local layers, a window of a
+    quarter of a row, so that the local layers see less than a row.
 
     >>> model_options(Options(family="modernbert"))[:2], model_options(Options())[-1]
     (['--arch', 'modernbert_ext_base'], '128')
     """
     if options.family not in FAMILIES:
         raise ValueError(f"quickstart family {options.family!r}: choose one of {', '.join(FAMILIES)}")
-    modern = options.family == "modernbert"
+    base = get_family(options.family).preset("base")
+    ffn = options.dim * base.encoder_ffn_embed_dim // base.encoder_embed_dim
     flags = ["--arch", f"{options.family}_ext_base", "--encoder-layers", str(options.layers)]
-    flags += ["--encoder-embed-dim", str(options.dim)]
-    flags += ["--encoder-ffn-embed-dim", str(3 * options.dim // 2 if modern else 4 * options.dim)]
+    flags += ["--encoder-embed-dim", str(options.dim), "--encoder-ffn-embed-dim", str(ffn)]
     flags += ["--encoder-attention-heads", str(max(1, options.dim // 32))]
-    if modern:
+    if base.local_attention is not None:
         flags += ["--local-attention", str(max(2, options.tokens_per_sample // 4))]
     return [*flags, "--max-positions", str(options.tokens_per_sample)]
 
 
 def pretraining_recipe(options: Options) -> list[str]:
-    """``fairseq-train``'s optimizer, schedule and masking flags of the pretraining step: fairseq's
-    RoBERTa recipe (Adam, polynomial decay, 15% masking), or ModernBERT's (30% masking, StableAdamW
-    with decoupled weight decay and none on biases and norms, no gradient clipping, a
-    warmup-stable-decay schedule with a ``1 - sqrt`` decay over the last fifth), as
-    ``config/pretraining/modernbert_base.yaml`` has them.
+    """``fairseq-train``'s optimizer, schedule and masking flags of the pretraining step: the
+    family's own recipe (ModernBERT's: 30% masking, StableAdamW, a warmup-stable-decay schedule,
+    decaying here over the last fifth of the run), else fairseq's RoBERTa recipe (Adam,
+    polynomial decay, 15% masking).
 
     >>> pretraining_recipe(Options(family="modernbert"))[:2]
     ['--optimizer', 'roberta_ext_stable_adamw']
     """
-    if options.family == "modernbert":
-        flags = ["--optimizer", "roberta_ext_stable_adamw", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6"]
-        flags += ["--weight-decay", "1e-5", "--decouple-lr", "--no-decay-bias-and-norm", "--clip-norm", "0"]
-        flags += ["--lr-scheduler", "roberta_ext_warmup_stable_decay"]
-        flags += ["--decay-updates", str(max(1, options.pretrain_updates // 5)), "--mask-prob", "0.3"]
-        return flags
-    return list(ROBERTA_OPTIMIZATION)
+    recipe = get_family(options.family).pretraining_recipe
+    if recipe is None:
+        return list(ROBERTA_OPTIMIZATION)
+    flags = list(recipe)
+    if "roberta_ext_warmup_stable_decay" in flags:
+        flags += ["--decay-updates", str(max(1, options.pretrain_updates // 5))]
+    return flags
 
 
 def run(options: Options) -> int:
@@ -617,7 +618,7 @@ def run(options: Options) -> int:
         "50",
         "--no-epoch-checkpoints",
     ]
-    print(f"\n4. pretrain a small {FAMILIES[options.family]} (masked LM, whole-word masking)")
+    print(f"\n4. pretrain a small {options.family} model (masked LM, whole-word masking)")
     pretrain_dir = out / "pretrain"
     for f in (encoder_json, vocab_bpe):  # whole-word masking reads word starts from the BPE files
         shutil.copy(f, data / f.name)

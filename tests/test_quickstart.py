@@ -183,7 +183,7 @@ def test_the_modernbert_quickstart_pretrains_fine_tunes_and_loads_in_the_hub(tmp
     )
     assert quickstart.run(options) == 0
     report = capsys.readouterr().out
-    assert "4. pretrain a small ModernBERT" in report and "return_all_hiddens -> 4 tensors" in report
+    assert "4. pretrain a small modernbert model" in report and "return_all_hiddens -> 4 tensors" in report
     pretrain = (tmp_path / "qs" / "logs" / "pretrain.log").read_text(encoding="utf-8")
     assert "'mask_prob': 0.3" in pretrain and "'local_attention': 32" in pretrain
     assert "'optimizer': {'_name': 'roberta_ext_stable_adamw'" in pretrain and "'decouple_lr': True" in pretrain

@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--family",
-        choices=tuple(FAMILIES),
+        choices=FAMILIES,
         default=DEFAULTS.family,
         help="the model pretrained and fine-tuned: a RoBERTa on fairseq's recipe, or a ModernBERT on its own "
         "(30%% masking, StableAdamW, warmup-stable-decay) (default: %(default)s)",

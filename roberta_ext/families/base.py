@@ -112,6 +112,9 @@ class Family:
     """Presets registered as fairseq architectures ``<name>_ext_<size>``."""
     architecture_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Size -> plugin-only defaults of that architecture (ELECTRA's ``generator_fraction``)."""
+    pretraining_recipe: tuple[str, ...] | None = None
+    """``fairseq-train`` flags of the family's own pretraining recipe (optimizer, schedule,
+    masking), where it is not fairseq's RoBERTa recipe (the quickstart's ``--family``)."""
 
     def preset(self, size: str) -> EncoderConfig:
         """The config of one size: ``get_family("albert").preset("base")``."""

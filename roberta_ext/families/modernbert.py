@@ -225,6 +225,13 @@ _LAYER = [  # transformers "{p}layers.{i}." + name -> ours "layers.{i}." + name
 
 FAMILY = Family(
     name="modernbert",
+    # Warner et al., 2024: 30% masking, StableAdamW (decoupled weight decay, none on biases and
+    # norms, no gradient clipping), a warmup-stable-decay schedule (config/pretraining/modernbert_base.yaml).
+    pretraining_recipe=(
+        *("--optimizer", "roberta_ext_stable_adamw", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6"),
+        *("--weight-decay", "1e-5", "--decouple-lr", "--no-decay-bias-and-norm", "--clip-norm", "0"),
+        *("--lr-scheduler", "roberta_ext_warmup_stable_decay", "--mask-prob", "0.3"),
+    ),
     presets={
         "tiny": lambda: modernbert_config(
             vocab_size=64,
