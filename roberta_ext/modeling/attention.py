@@ -317,15 +317,18 @@ class Packing:
         at every sequence, and at every document)."""
         if self.run_starts is None:
             return self.pack(real_positions(self.padding_mask))
-        run_of = torch.repeat_interleave(torch.arange(len(self.seq_lens), device=self.keep.device), self.lengths)
-        return torch.arange(self.keep.numel(), device=self.keep.device) - self.run_starts[run_of]
+        return torch.arange(self.keep.numel(), device=self.keep.device) - self.run_starts[self.run_of]
+
+    @cached_property
+    def run_of(self) -> torch.Tensor:
+        """(N,) the run each packed token belongs to."""
+        return torch.repeat_interleave(torch.arange(len(self.seq_lens), device=self.keep.device), self.lengths)
 
     @cached_property
     def run_slots(self) -> torch.Tensor:
         """(N,) each packed token's place in the (S * max_len) layout of the runs padded to the
         longest: run r's tokens at ``r * max_len + position``."""
-        run_of = torch.repeat_interleave(torch.arange(len(self.seq_lens), device=self.keep.device), self.lengths)
-        return run_of * self.max_len + self.positions
+        return self.run_of * self.max_len + self.positions
 
     def pad_runs(self, packed: torch.Tensor) -> torch.Tensor:
         """(N, ...) -> (S, max_len, ...): each run padded to the longest, zeros after its end."""

@@ -437,7 +437,8 @@ class TransformerEncoder(nn.Module):
         padding_mask = tokens.eq(self.padding_idx)  # (B, T), True on padding
         packing = packing_for(self.attention or default_attention(), padding_mask, document_starts)
         assert packing is not None  # rows of documents are always packed
-        positions = packing.unpack(packing.positions)  # (B, T): from 0 in each document
+        # A position table needs each token's place in its document; rotary positions are the packing's own.
+        positions = None if self.embed_positions is None else packing.unpack(packing.positions)  # (B, T)
         x = self.embed(tokens, segment_labels, positions)  # (B, T, C)
         x = x * (~padding_mask).unsqueeze(-1).type_as(x)
         return self._forward_packed(x, packing, return_all_hiddens)
