@@ -81,7 +81,7 @@ class RobertaExtMLMConfig(FairseqDataclass):
         metadata={
             "help": "attend within each document: a block's lines (each ends with </s>) are packed back to back "
             "without padding and each is attended, and positioned, as a sequence of its own (ModernBERT's "
-            "packing; with --sample-break-mode complete, whole documents)"
+            "packing; with --sample-break-mode complete, whole documents; not with complete_doc)"
         },
     )
     shorten_method: SHORTEN_METHOD_CHOICES = field(default="none", metadata={"help": "shorten over-long sequences"})
@@ -229,6 +229,14 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
     cfg: RobertaExtMLMConfig
 
     def __init__(self, cfg: RobertaExtMLMConfig, dictionary: Dictionary) -> None:
+        if cfg.pack_documents and cfg.sample_break_mode == "complete_doc":
+            # complete_doc rows hold one document of several lines (documents end at an empty
+            # line), and --pack-documents would attend each line of it alone.
+            raise ValueError(
+                "--pack-documents attends each line of a row (ending with </s>) as a document of its own, but "
+                "--sample-break-mode complete_doc makes each row one document of several lines, which it would "
+                "split at every line: write one document per line and use --sample-break-mode complete"
+            )
         super().__init__(cfg)
         self.dictionary = dictionary
         self.mask_idx = dictionary.add_symbol("<mask>")

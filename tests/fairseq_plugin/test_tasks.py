@@ -4,6 +4,7 @@ skipping) — a block the model cannot take must never reach it."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +104,15 @@ def test_pack_documents_gives_each_line_of_a_block_its_own_attention(tmp_path, f
                 alone = model(tokens[row : row + 1, begin:end], features_only=True)[0][0]
                 torch.testing.assert_close(features[row, begin:end], alone, atol=2e-5, rtol=1e-4)
     assert tokens.ne(pad).sum() == batch["ntokens"]
+
+
+def test_pack_documents_refuses_complete_doc_rows(tmp_path):
+    """``complete_doc`` rows are one document of several lines (fairseq ends a document at an empty
+    line); ``--pack-documents`` would attend each of its lines alone, so the task refuses the pair
+    and names the mode that packs documents."""
+    data = binarize(tmp_path, [["w1", "w2"], ["w3"]])
+    cfg = RobertaExtMLMConfig(data=str(data), tokens_per_sample=16, sample_break_mode="complete_doc", seed=1)
+    RobertaExtMLMTask.setup_task(cfg)  # without --pack-documents: fairseq's complete_doc rows
+    refusal = "complete_doc makes each row one document .* use --sample-break-mode complete"
+    with pytest.raises(ValueError, match=refusal):
+        RobertaExtMLMTask.setup_task(dataclasses.replace(cfg, pack_documents=True))
