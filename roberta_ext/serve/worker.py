@@ -9,9 +9,14 @@ the batch stays within the padded-token budget (rows x longest row <= ``max_batc
 and ``max_batch_requests`` rows; it runs them in one call of the task, which sorts the rows by
 length and cuts them into forward passes with :func:`~roberta_ext.data.batching.length_batches`
 (the one batcher of ``embed`` and ``predict``): a batch within the budget is one forward pass.
-Results are scattered back to each job's future. The worker never waits for a batch to fill: it
-takes what has queued while the model was busy, so a lone request runs at once and a busy
-server runs full batches.
+Results are scattered back to each job's future. The worker takes what has queued while the
+model was busy, so a lone request runs at once and a busy server runs full batches; it waits for
+a batch to fill only right after a batch, and only a little (:data:`GATHER_SHARE` of that batch's
+time, at most :data:`GATHER_MAX_S`), for as many jobs as were about when that batch ended (its
+own and those queued behind it): clients that each send their next request when answered come
+back within a loopback round trip, and without the wait they split into two groups taking turns
+(32 clients: batches of about 16), where one batch of all of them costs less a row (a 6 x 384
+model: 4.8 ms a row in batches of 32 against 5.3 in batches of 16, on one thread).
 
 Why results never depend on batch-mates: the encoder drops padding before its layers
 (:class:`~roberta_ext.modeling.attention.Packing`), so a row's features are those it has
@@ -60,6 +65,13 @@ Results = Sequence[Any] | torch.Tensor
 """What a task gives for N items: anything sliced along its first axis (a list, a tensor ``(N, ...)``)."""
 
 logger = logging.getLogger("roberta_ext.serve")
+
+GATHER_SHARE = 0.3
+"""Right after a batch, how long the worker may wait for the next one to fill, as a share of that
+batch's time: what waiting can cost the model's throughput, at most."""
+
+GATHER_MAX_S = 0.1
+"""The longest such wait, in seconds, however long the batch took."""
 
 
 class Overloaded(RobertaExtError):
@@ -161,6 +173,9 @@ class BatchingWorker:
         self._rates: dict[Hashable, TokenRate] = {}  # of each kind of work, as its batches finish
         self._queued_tokens: defaultdict[Hashable, int] = defaultdict(int)  # in _pending, by kind
         self._running: tuple[Hashable, int, float] | None = None  # the batch's kind, tokens, start
+        # When the last batch ended, what it took, and the jobs about then (its own, and those
+        # queued behind it): the next batch may wait a little for that many (_gather).
+        self._last_batch: tuple[float, float, int] = (0.0, 0.0, 0)
         self._stopping = False
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -312,6 +327,9 @@ class BatchingWorker:
                     self._condition.wait()
                 if not self._pending:
                     return None
+                self._gather()
+                if not self._pending:  # cancelled while it waited
+                    continue
                 batch = self._select()
                 for job in batch:
                     self._queued_tokens[job.task.kind] -= sum(job.lengths)
@@ -321,6 +339,31 @@ class BatchingWorker:
                     tokens = sum(sum(job.lengths) for job in running)
                     self._running = (running[0].task.kind, tokens, time.monotonic())
                     return running
+
+    def _gather(self) -> None:
+        """Right after a batch, wait (the lock released) until as many jobs are queued as were
+        about when it ended, the oldest job's batch is full, or :data:`GATHER_SHARE` of the
+        batch's time (at most :data:`GATHER_MAX_S`) has passed since it ended."""
+        ended, seconds, about = self._last_batch
+        deadline = ended + min(GATHER_MAX_S, GATHER_SHARE * seconds)
+        while (
+            not self._stopping
+            and 0 < len(self._pending) < about
+            and not self._full()
+            and (left := deadline - time.monotonic()) > 0
+        ):
+            self._condition.wait(left)
+
+    def _full(self) -> bool:
+        """Whether the jobs queued of the oldest job's task fill a batch (the budget's tokens or rows)."""
+        key = self._pending[0].task.key
+        rows, longest = 0, 0
+        for job in self._pending:
+            if job.task.key == key:
+                rows, longest = rows + len(job.items), max(longest, max(job.lengths))
+        return rows * longest >= self.max_batch_tokens or (
+            self.max_batch_requests is not None and rows >= self.max_batch_requests
+        )
 
     def _select(self) -> list[Job]:
         """The oldest job, and behind it the jobs of the same task that fit the budget (in order)."""
@@ -373,6 +416,7 @@ class BatchingWorker:
         done = time.monotonic()
         with self._condition:
             self._running = None
+            self._last_batch = (done, seconds, len(batch) + len(self._pending))
             if all(job.future.exception() is None for job in batch):  # a failed batch measures no rate
                 kind = batch[0].task.kind
                 rate = self._rates.setdefault(kind, TokenRate())

@@ -389,3 +389,25 @@ def test_an_int8_model_is_served_and_says_so(served_model_dir):
         assert httpx.get(f"{url}/info", timeout=30).json()["model_dtype"] == "int8"
         vectors = httpx.post(f"{url}/embed", json={"inputs": TEXTS}, timeout=30).json()
     assert torch.equal(as_tensor(vectors), int8.embed(TEXTS, normalize=True))
+
+
+def test_what_was_alive_at_startup_is_out_of_the_collectors_reach_while_serving(hub):
+    """The model and everything loaded before the server started are frozen (``gc.freeze``) while
+    it serves, so that no collection walks them on the event loop; garbage made while serving is
+    still collected, and the freeze is lifted at shutdown."""
+    import gc
+    import weakref
+
+    class Cycle:
+        pass
+
+    with serving(hub) as (url, _):
+        assert gc.get_freeze_count() > sum(1 for _ in hub.model.modules())
+        assert httpx.post(f"{url}/embed", json={"inputs": "Hi"}, timeout=30).status_code == 200
+        garbage = Cycle()
+        garbage.me = garbage  # type: ignore[attr-defined]
+        gone = weakref.ref(garbage)
+        del garbage
+        gc.collect()
+        assert gone() is None
+    assert gc.get_freeze_count() == 0

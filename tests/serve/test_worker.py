@@ -11,6 +11,7 @@ from concurrent.futures import CancelledError
 import pytest
 
 from roberta_ext.serve import BatchingWorker, Job, Overloaded, ShuttingDown, Task
+from roberta_ext.serve import worker as worker_module
 
 
 class Recorder:
@@ -162,6 +163,33 @@ def test_stop_finishes_every_accepted_job_then_refuses():
     stopper.join(30)
     assert [list(job.future.result(timeout=0)) for job in jobs] == [[("embed", i)] for i in range(5)]
     assert not worker.alive
+
+
+def test_right_after_a_batch_the_next_waits_a_little_for_as_many_jobs_as_were_about(monkeypatch):
+    """Clients answered by a batch come back a round trip later: the next batch waits for them
+    (a share of the batch's time) rather than running without them, so that closed-loop clients
+    are not split into two groups taking turns; with nobody coming back it runs anyway."""
+    monkeypatch.setattr(worker_module, "GATHER_SHARE", 1.0)  # wide margins for a busy test machine
+    monkeypatch.setattr(worker_module, "GATHER_MAX_S", 1.0)
+    recorder = Recorder()
+    worker = BatchingWorker(max_batch_tokens=100)
+    worker.start()
+    hold = worker.submit(Job(recorder.task("hold"), ["hold"], [1]))
+    assert recorder.holding.wait(30)
+    task = recorder.task("embed")
+    queued = [worker.submit(Job(task, [name], [1])) for name in ("a", "b")]
+    time.sleep(0.3)  # a batch of 0.3 s: the next may wait as long for a third job (1 + 2 were about)
+    recorder.release.set()
+    hold.future.result(timeout=30)
+    time.sleep(0.02)  # the client of "hold", coming back
+    late = worker.submit(Job(task, ["c"], [1]))
+    assert [list(job.future.result(timeout=30)) for job in [*queued, late]] == [[("embed", n)] for n in "abc"]
+    assert recorder.batches == [["hold"], ["a", "b", "c"]]
+    # Nobody comes back after this one (3 were about, 1 is queued): it runs once the wait is over.
+    alone = worker.submit(Job(task, ["d"], [1]))
+    assert list(alone.future.result(timeout=30)) == [("embed", "d")]
+    worker.stop()
+    assert recorder.batches[-1] == ["d"]
 
 
 def test_a_job_needs_items_with_lengths():
