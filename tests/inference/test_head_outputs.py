@@ -9,16 +9,21 @@ import pytest
 import torch
 
 from roberta_ext.families import preset
+from roberta_ext.families.electra import ElectraPretrainingModel
 from roberta_ext.inference.head_outputs import (
     HeadError,
+    check_lm_head,
+    choice_rows,
     classify,
     classify_rows,
     encode_masked,
+    fill_encoded_mask,
     fill_mask,
+    replaced_token_probs,
     score_choices,
     tag,
 )
-from roberta_ext.inference.inputs import InputError, InputTooLong, ModelInputs, PairLayout
+from roberta_ext.inference.inputs import InputError, InputTooLong, ModelInputs, PairLayout, pair_layout
 from roberta_ext.modeling import RobertaModel
 from tests.inference.chars import CharTokenizer
 
@@ -107,3 +112,98 @@ def test_one_check_of_a_fill_mask_input_names_it(model, inputs):
     without = RobertaModel(preset("tiny"), has_lm_head=False)
     with pytest.raises(HeadError, match="no masked-LM head"):
         fill_mask(without, inputs, "a <mask>", mask="<mask>")
+
+
+def test_classify_masks_the_padding_a_mean_pooling_head_averages_over():
+    """ModernBERT's sentence head averages the features of the row's own tokens: a short row padded
+    in a batch gets what it gets alone only when classify passes the padding mask."""
+    torch.manual_seed(0)
+    model = RobertaModel(preset("modernbert-tiny"))
+    model.register_classification_head("mean", num_classes=2)
+    model.eval()
+    inputs = ModelInputs(tokenizer=CharTokenizer(), layout=pair_layout(model.cfg), max_positions=48)
+    rows = [inputs.encode("a longer sentence here"), inputs.encode("hi")]
+    tokens, _ = inputs.collate(rows)
+    assert tokens[1].eq(inputs.dictionary.pad()).any()
+    batched = classify(model, inputs, "mean", tokens, return_logits=True)
+    for row, logits in zip(rows, batched):
+        torch.testing.assert_close(logits, classify(model, inputs, "mean", torch.tensor(row), return_logits=True)[0])
+
+
+def test_classify_rows_reports_each_batch_and_keeps_to_batch_size(model, inputs):
+    rows = [inputs.encode(text) for text in ("a long text here", "hi", "a", "medium text")]
+    one_at_a_time: list[int] = []
+    classify_rows(model, inputs, "three", rows, max_tokens=40, batch_size=1, progress=one_at_a_time.append)
+    assert one_at_a_time == [1, 1, 1, 1]
+    by_tokens: list[int] = []  # without batch_size, rows share a batch as 40 padded tokens allow
+    classify_rows(model, inputs, "three", rows, max_tokens=40, progress=by_tokens.append)
+    assert sum(by_tokens) == 4 and len(by_tokens) < 4
+
+
+def test_choice_rows_lay_out_each_task_as_it_trains(inputs):
+    encode = inputs.tokenizer.encode
+    # sentence_ranking: <s> choice </s>, the separator's second </s>, the context, </s>; the default layout
+    assert choice_rows(inputs, "the sun", ["yes", "no"]) == [
+        [0, *encode("yes"), 2, 2, *encode("the sun"), 2],
+        [0, *encode("no"), 2, 2, *encode("the sun"), 2],
+    ]
+    # --max-option-length counts the choice's <s> and </s>
+    assert choice_rows(inputs, "ctx", ["abcdef"], max_choice_length=4) == [[0, *encode("abc"), 2, *encode("ctx"), 2]]
+    # commonsense_qa: the question first, one </s> between (no_separator), whatever the family's separator
+    assert choice_rows(inputs, "q what", ["a this", "a that"], layout="commonsense_qa") == [
+        [0, *encode("q what"), 2, *encode("a this"), 2],
+        [0, *encode("q what"), 2, *encode("a that"), 2],
+    ]
+    long = "x" * 60
+    assert [len(row) for row in choice_rows(inputs, long, ["a", "bb"])] == [65, 66]
+    assert [len(row) for row in choice_rows(inputs, long, ["a", "bb"], truncate=True)] == [48, 48]
+    with pytest.raises(ValueError, match=r"^layout must be 'multiple_choice' or 'commonsense_qa', got 'race'$"):
+        choice_rows(inputs, "ctx", ["a"], layout="race")  # type: ignore[arg-type]
+
+
+def test_tag_defaults_to_the_tagger_and_names_what_it_refuses(model, inputs):
+    labels = ["O", "B", "I", "X"]
+    assert tag(model, inputs, labels, "ab cd") == tag(model, inputs, labels, "ab cd", head="tagger")
+    with pytest.raises(KeyError, match=r"no token head named 'nope'; registered token heads: \['tagger'\]"):
+        tag(model, inputs, labels, "ab", head="nope")
+    with pytest.raises(
+        ValueError, match=r"^no label names: load with data_name_or_path pointing at a folder with label/dict\.txt$"
+    ):
+        tag(model, inputs, None, "ab")
+    assert len(tag(model, inputs, labels, "a" * 46)) == 1  # <s>, 46 letters, </s>: the 48 the inputs allow
+    with pytest.raises(ValueError, match=r"^sentence is 49 tokens long, more than the model's 48$"):
+        tag(model, inputs, labels, "a" * 47)
+
+
+def test_fill_mask_defaults_and_a_mask_at_the_start(model, inputs):
+    assert len(fill_mask(model, inputs, "a <mask>", mask="<mask>")) == 5
+    assert len(fill_encoded_mask(model, inputs, encode_masked(inputs, "a <mask>", mask="<mask>"))) == 5
+    # no space before the mask: the token replaces the mask alone
+    filled = fill_mask(model, inputs, "<mask> cat", mask="<mask>", topk=3)
+    assert [sentence for sentence, _, _ in filled] == [f"{token} cat" for _, _, token in filled]
+    with pytest.raises(InputError) as refused:
+        encode_masked(inputs, "none", mask="<mask>", where="inputs[2]")
+    assert refused.value.where == "inputs[2]"
+    without = RobertaModel(preset("tiny"), has_lm_head=False)
+    with pytest.raises(
+        HeadError,
+        match=r"^this checkpoint has no masked-LM head \(it was saved without one\), so it cannot fill masks$",
+    ):
+        check_lm_head(without)
+
+
+def test_replaced_token_probs_are_the_discriminators_per_token_without_specials():
+    torch.manual_seed(0)
+    electra = ElectraPretrainingModel(preset("electra-tiny")).eval()
+    inputs = ModelInputs(tokenizer=CharTokenizer(), layout=pair_layout(electra.cfg), max_positions=48)
+    tokens = torch.tensor(inputs.encode("the cat", "a dog"))  # a pair: segments 0 then 1
+    got = replaced_token_probs(electra, inputs, tokens)
+    segments = torch.tensor([[0] * 9 + [1] * 6])
+    with torch.no_grad():
+        features = electra.features(tokens[None], segment_labels=segments).last_hidden_state
+        expected = torch.sigmoid(electra.discriminator_head(features).float())[0]
+    kept = [i for i, index in enumerate(tokens.tolist()) if index not in (0, 1, 2)]
+    assert [text for text, _ in got] == list("the cata dog")
+    assert [p for _, p in got] == pytest.approx(expected[kept].tolist(), abs=1e-6)
+    with pytest.raises(ValueError, match=r"^replaced_token_probs takes one sentence, got tokens of shape \(1, 15\)$"):
+        replaced_token_probs(electra, inputs, tokens[None])

@@ -4,20 +4,27 @@ them readable), and ``longest_first`` against the tokenizers library's own trunc
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from roberta_ext.families import preset
 from roberta_ext.inference.inputs import (
     InputError,
     InputTooLong,
     ModelInputs,
     PairLayout,
     check_length,
+    extract_features,
+    extract_features_long,
+    pair_layout,
     truncate_longest_first,
     word_pieces,
 )
+from roberta_ext.modeling import RobertaModel
 from tests.inference.chars import CharTokenizer
 from tests.peers import require
 
@@ -111,3 +118,136 @@ def test_longest_first_cuts_as_the_tokenizers_library(first, second, budget):
         assert ours[0] + ours[1] == encoding.ids
     else:
         assert ours == ([], [])
+
+
+# ------------------------------------------------------------------------- features of a model
+
+FEATURE_PRESETS = ("tiny", "bert-tiny")
+
+
+@pytest.fixture(scope="module", params=FEATURE_PRESETS)
+def model(request) -> RobertaModel:
+    torch.manual_seed(0)
+    return RobertaModel(preset(request.param)).eval()
+
+
+def test_pair_layout_follows_the_family_and_the_segment_embeddings():
+    assert pair_layout(preset("tiny")) == ROBERTA and pair_layout(preset("bert-tiny")) == BERT
+    assert pair_layout(preset("modernbert-tiny")) == PairLayout(double_separator=False, segments=False)
+    assert pair_layout(preset("electra-tiny")) == BERT
+    assert pair_layout(SimpleNamespace()) == ROBERTA  # a config that names no family is RoBERTa's
+    assert pair_layout(SimpleNamespace(family="bert", type_vocab_size=1)).segments is False
+    assert pair_layout(SimpleNamespace(family="bert", type_vocab_size=2)).segments is True
+
+
+def test_for_model_takes_the_models_layout_and_limit():
+    bert = RobertaModel(preset("bert-tiny", max_positions=40))
+    tokenizer = CharTokenizer()
+    made = ModelInputs.for_model(bert, tokenizer)
+    assert (made.tokenizer, made.layout, made.max_positions) == (tokenizer, BERT, bert.max_positions())
+    assert made.max_positions == 40
+
+
+def test_extract_features_are_the_models_with_the_rows_segments(model):
+    made = ModelInputs.for_model(model, CharTokenizer())
+    row = torch.tensor(made.encode("ab c", "de"))
+    segments = torch.tensor([[0] * 6 + [1] * (len(row) - 6)]) if made.layout.segments else None
+    with torch.no_grad():
+        expected = model.features(row[None], segment_labels=segments, return_all_hiddens=True)
+        features = extract_features(model, made, row)  # (T,) taken as one row
+        every = extract_features(model, made, row[None], return_all_hiddens=True)
+    torch.testing.assert_close(features, expected.last_hidden_state)
+    assert isinstance(every, list) and len(every) == model.cfg.encoder_layers + 1
+    for got, want in zip(every, expected.hidden_states):
+        torch.testing.assert_close(got, want)
+    short = ModelInputs(tokenizer=made.tokenizer, layout=made.layout, max_positions=len(row) - 1)
+    with pytest.raises(ValueError) as refused:
+        extract_features(model, short, row)
+    assert str(refused.value) == f"tokens exceeds maximum length: {len(row)} > {len(row) - 1}"
+    assert extract_features(model, ModelInputs(made.tokenizer, made.layout, len(row)), row).shape[1] == len(row)
+
+
+def windows_by_hand(model, made, tokens: list[int], stride: int) -> torch.Tensor:
+    """extract_features_long's rule, one window at a time: each content token from the window
+    (content starts 0, stride, ..., and one ending at the end) where it sits furthest from an edge,
+    the first such window on a tie; ``<s>`` from the first window, ``</s>`` from the last."""
+    has_bos, has_eos = tokens[0] == 0, tokens[-1] == 2
+    content = tokens[int(has_bos) : len(tokens) - int(has_eos)]
+    window = made.max_positions - 2
+    starts = list(range(0, len(content) - window + 1, stride))
+    if starts[-1] + window < len(content):
+        starts.append(len(content) - window)
+    with torch.no_grad():
+        alone = [extract_features(model, made, torch.tensor([0, *content[s : s + window], 2]))[0] for s in starts]
+    rows = []
+    for i in range(len(content)):
+        distances = [min(i - s, s + window - 1 - i) if s <= i < s + window else -1 for s in starts]
+        w = distances.index(max(distances))
+        rows.append(alone[w][1 + i - starts[w]])
+    first = [alone[0][0]] if has_bos else []
+    last = [alone[-1][-1]] if has_eos else []
+    return torch.stack(first + rows + last)[None]
+
+
+def test_extract_features_long_takes_each_token_from_its_most_central_window(model):
+    made = ModelInputs(tokenizer=CharTokenizer(), layout=pair_layout(model.cfg), max_positions=8)  # windows of 6
+    text = "the quick brown fox."  # 20 content tokens: windows at 0, 3, ..., 12 and one at 14
+    row = made.encode(text)
+    with torch.no_grad():
+        for stride in (None, 1, 4, 6):
+            got = extract_features_long(model, made, torch.tensor(row), stride=stride)
+            expected = windows_by_hand(model, made, row, stride or 3)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        # a row cut from a stream, without <s> or </s>, and one given as (1, T)
+        for cut in (row[1:], row[:-1], row[1:-1]):
+            got = extract_features_long(model, made, torch.tensor([cut]))
+            assert got.shape == (1, len(cut), model.cfg.encoder_embed_dim)
+            torch.testing.assert_close(got, windows_by_hand(model, made, cut, 3), atol=1e-5, rtol=1e-5)
+        for fits in (made.encode("abc"), ids("abcdefgh")):  # 5 tokens of 8; 8 without <s> and </s>: one pass
+            fits = torch.tensor(fits)
+            assert torch.equal(extract_features_long(model, made, fits), extract_features(model, made, fits))
+        one_more = made.encode("abcdefg")  # 7 content tokens: the window at 0 and the one at the end, 1
+        got = extract_features_long(model, made, torch.tensor(one_more))
+        torch.testing.assert_close(got, windows_by_hand(model, made, one_more, 3), atol=1e-5, rtol=1e-5)
+    for stride in (-1, 7):
+        with pytest.raises(ValueError) as refused:
+            extract_features_long(model, made, torch.tensor(row), stride=stride)
+        assert str(refused.value) == f"stride must be in 1..6, got {stride}"
+    with pytest.raises(ValueError) as refused:
+        extract_features_long(model, made, torch.tensor([row, row]))
+    assert str(refused.value) == "extract_features_long takes one sequence (T,), got shape (2, 22)"
+
+
+class WholeTokenizer(CharTokenizer):
+    """Decodes every id, specials included: what ``ModelInputs.decode`` hands the tokenizer shows."""
+
+    def decode(self, ids):
+        return "".join(self.dictionary[i] for i in ids)
+
+
+def test_decode_hands_the_tokenizer_each_sentence_with_its_own_separator():
+    whole = ModelInputs(tokenizer=WholeTokenizer(), layout=ROBERTA, max_positions=16)
+    assert whole.decode(whole.encode("ab")) == "ab</s>"  # <s> dropped
+    assert whole.decode(ids("ab") + [2]) == "ab</s>"  # nothing to drop
+    assert whole.decode(whole.encode("ab", "cd")) == ["ab</s>", "</s>cd</s>"]
+    assert whole.decode([0, *ids("a"), 2, 2]) == ["a</s>", "</s>"]  # a break at the very end
+    assert whole.decode([0, 0, *ids("a")]) == "<s>a"  # only the first <s>
+    assert whole.decode([]) == "" and inputs().decode([]) == ""
+
+
+def test_the_edges_of_cutting_and_of_the_messages():
+    roberta = inputs()
+    assert roberta.encode_truncated("abc", 2) == [0, 2] and roberta.encode_truncated("abc", 1) == [0, 2]
+    assert roberta.encode_truncated(("ab", "cd"), 4) == [0, 2, 2, 2]  # no room left for either text
+    assert roberta.encode_truncated(("ab", "cd"), 5) == [0, 2, 2, *ids("c"), 2]  # a tie: the second keeps one
+    with pytest.raises(InputTooLong) as refused:
+        inputs(max_positions=4).encode_within("abc", truncate=False)
+    assert str(refused.value) == "input is 5 tokens long, more than the maximum of 4"
+    assert (refused.value.where, refused.value.length, refused.value.limit) == ("input", 5, 4)
+    with pytest.raises(InputTooLong) as refused:
+        check_length([1, 2, 3], 2, hint="")
+    assert str(refused.value) == "input is 3 tokens long, more than the maximum of 2"
+    row, firsts = roberta.encode_words(["", "ab"])  # a first word the tokenizer gives nothing for: <unk>
+    assert (row, firsts) == ([0, 3, *ids(" ab"), 2], [1, 2])
+    single = torch.tensor(inputs(BERT).encode("ab", "c"))  # one row (T,) as well as rows (B, T)
+    assert inputs(BERT).segments(single).tolist() == [0, 0, 0, 0, 1, 1]

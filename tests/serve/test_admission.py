@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from roberta_ext.serve import BatchingWorker, Job, Task, WouldTimeOut
-from roberta_ext.serve.admission import TokenRate, expected_wait, retry_after
+from roberta_ext.serve.admission import SMOOTHING, Expected, TokenRate, expected_wait, retry_after
 from tests.serve.conftest import serving
 
 # ------------------------------------------------------------------------------ the estimate
@@ -59,6 +59,45 @@ def test_the_expected_wait_counts_the_work_ahead_and_one_batch_of_slack():
     assert not alone.too_late(1.0)  # nothing ahead: waiting could not make it sooner
     with pytest.raises(ValueError, match="no rate was measured yet"):
         expected_wait(ahead_tokens=1, own_tokens=1, rate=TokenRate())
+
+
+def test_a_rate_starts_from_its_first_batch_and_ignores_what_measured_nothing():
+    rate = TokenRate()
+    assert (rate.tokens_per_second, rate.batch_seconds, rate.batches, rate.smoothing) == (None, 0.0, 0, SMOOTHING)
+    for tokens, seconds in ((0, 1.0), (-5, 1.0), (500, 0.0), (500, -1.0)):
+        rate.update(tokens=tokens, seconds=seconds)
+    assert (rate.tokens_per_second, rate.batches) == (None, 0)
+    rate.update(tokens=1, seconds=0.001)  # the first batch is the estimate, whatever the smoothing
+    assert (rate.tokens_per_second, rate.batch_seconds, rate.batches) == (pytest.approx(1000), 0.001, 1)
+    rate.update(tokens=3, seconds=0.001)  # then a fifth of the way to each new batch
+    assert rate.batch_seconds == pytest.approx(0.001) and rate.tokens_per_second == pytest.approx(1.4 / 0.001)
+    assert rate.batches == 2
+    whole = TokenRate(smoothing=1.0)  # the last batch alone
+    for tokens, seconds in ((100, 1.0), (300, 2.0)):
+        whole.update(tokens=tokens, seconds=seconds)
+    assert (whole.tokens_per_second, whole.batch_seconds) == (150.0, 2.0)
+    for bad in (0, -0.5, 1.01):
+        with pytest.raises(ValueError) as refused:
+            TokenRate(smoothing=bad)
+        assert str(refused.value) == f"smoothing must be in (0, 1], got {bad}"
+
+
+def test_too_late_and_retry_after_at_their_edges():
+    expected = Expected(ahead_s=0.5, done_s=2.0, slack_s=0.5)
+    assert not expected.too_late(2.5) and expected.too_late(2.49)  # done with its slack exactly at the timeout
+    assert Expected(ahead_s=1e-9, done_s=2.0, slack_s=0.0).too_late(1.0)
+    assert not Expected(ahead_s=0.0, done_s=2.0, slack_s=0.5).too_late(1.0)
+    assert retry_after(expected, 1.0) == 2  # 1.5 s more, in whole seconds
+    assert retry_after(Expected(ahead_s=5.0, done_s=6.0, slack_s=0.0), 4.0) == 2  # exactly 2 s more
+    assert retry_after(Expected(ahead_s=1.0, done_s=1.2, slack_s=0.0), 1.0) == 1  # 0.2 s more: the next second
+    assert retry_after(Expected(ahead_s=1.0, done_s=1.0, slack_s=0.0), 30.0) == 1  # nothing more: at least 1
+    rate = TokenRate()
+    rate.update(tokens=1000, seconds=0.5)
+    alone = expected_wait(ahead_tokens=0, own_tokens=500, rate=rate)  # nothing running either, by default
+    assert alone == Expected(ahead_s=0.0, done_s=0.25, slack_s=0.5)
+    with pytest.raises(ValueError) as refused:
+        expected_wait(ahead_tokens=1, own_tokens=1, rate=TokenRate())
+    assert str(refused.value) == "no rate was measured yet: admit, there is nothing to estimate from"
 
 
 def test_the_estimate_converges_on_the_models_rate_and_predicts_each_wait():
