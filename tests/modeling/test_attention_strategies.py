@@ -307,3 +307,117 @@ def test_cuda_kernels_equal_the_masked_path(monkeypatch, strategy, dtype):
     assert F.cosine_similarity(packed[real].float(), masked[real].float(), dim=-1).min() > 0.999
     if strategy in ("varlen", "auto"):
         assert len(calls) == cfg.encoder_layers  # auto took the varlen kernel in every layer
+
+
+# ------------------------------------------------------------------- edges a mutation run found
+
+
+def packed_qkv(lengths: list[int], heads: int = 2, dim: int = 4) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(7)
+    return tuple(torch.randn(sum(lengths), heads, dim, generator=generator) for _ in range(3))
+
+
+def padding_of(lengths: list[int]) -> torch.Tensor:
+    return torch.arange(max(lengths))[None, :] >= torch.tensor(lengths)[:, None]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "window"),
+    [
+        ("per_sequence", None),
+        ("per_sequence", 2),
+        ("per_sequence", 1),
+        ("padded", None),
+        ("padded", 2),
+        ("nested", None),
+    ],
+)
+def test_every_packed_strategy_applies_its_attention_dropout(strategy, window):
+    """Training's attention dropout reaches the attention call on every path: a plain run, a
+    banded one (window 2 on rows of 5 and 8), a blockwise one (window 1: rows of at least 4)."""
+    lengths = [5, 8]
+    q, k, v = packed_qkv(lengths)
+    packing = att.Packing.from_padding_mask(padding_of(lengths), strategy)
+    attend = att.PACKED_ATTENTION[strategy]
+    without = attend(q, k, v, packing, 0.0, window)
+    torch.manual_seed(0)
+    dropped = attend(q, k, v, packing, 0.5, window)
+    assert not torch.allclose(dropped, without)
+    torch.manual_seed(0)
+    assert torch.equal(attend(q, k, v, packing, 0.5, window), dropped)  # the seed's masks, not noise
+
+
+def test_local_attention_applies_its_dropout():
+    q, k, v = torch.randn(3, 1, 2, 10, 4, generator=torch.Generator().manual_seed(1)).unbind(0)
+    torch.manual_seed(0)
+    assert not torch.allclose(att.local_attention(q, k, v, 2, dropout_p=0.5), att.local_attention(q, k, v, 2))
+
+
+@pytest.mark.parametrize("window", [2, 3])
+def test_a_sequence_one_past_the_window_gets_the_band(window):
+    """A row of ``window + 2`` tokens is the shortest whose first and last are further apart than
+    the window: the per-sequence path must mask that pair (one SDPA call with the band)."""
+    lengths = [window + 2, window + 1, window]
+    q, k, v = packed_qkv(lengths)
+    packing = att.Packing.from_padding_mask(padding_of(lengths), "per_sequence")
+    got = att.per_sequence_attention(q, k, v, packing, 0.0, window)
+    expected = []
+    for run_q, run_k, run_v, length in zip(q.split(lengths), k.split(lengths), v.split(lengths), lengths):
+        band = att.window_mask(torch.arange(length), window)
+        views = (t.transpose(0, 1)[None] for t in (run_q, run_k, run_v))
+        expected.append(F.scaled_dot_product_attention(*views, attn_mask=band)[0].transpose(0, 1))
+    torch.testing.assert_close(got, torch.cat(expected))
+
+
+def test_rows_of_documents_keep_a_packed_strategy_and_take_auto_for_the_others():
+    padding = padding_of([6, 4])
+    starts = torch.zeros_like(padding)
+    starts[:, 0] = True
+    starts[0, 3] = True
+    for strategy in att.PACKED_STRATEGIES:
+        assert att.packing_for(strategy, padding, starts).strategy == strategy
+    assert att.packing_for("masked", padding, starts).strategy == "auto"
+    assert att.packing_for("auto", padding, starts).strategy == "auto"
+
+
+def test_a_batch_without_real_tokens_packs_to_nothing():
+    packing = att.Packing.from_padding_mask(torch.zeros(0, 5, dtype=torch.bool))
+    assert (packing.seq_lens, packing.max_len) == ([], 0)
+    all_padding = torch.ones(2, 3, dtype=torch.bool)  # rows of documents without a real token: no run at all
+    packing = att.Packing.from_padding_mask(all_padding, document_starts=torch.zeros_like(all_padding))
+    assert (packing.seq_lens, packing.max_len) == ([], 0)
+
+
+def test_the_gpu_thresholds_at_their_edges(monkeypatch):
+    """On CUDA (faked: the checks read only ``is_cuda``, the size and the padding share), a batch of
+    fewer than CUDA_PACKING_MIN_SLOTS slots is never packed and one of exactly that many is, from
+    PACKING_MIN_PADDING's share of padding; varlen takes head sizes up to 256."""
+
+    def mask(slots: int, padding: float, *, cuda: bool = True):
+        values = torch.zeros(slots)
+        values[: round(padding * slots)] = 1
+        return SimpleNamespace(is_cuda=cuda, numel=lambda: slots, float=lambda: values)
+
+    slots = att.CUDA_PACKING_MIN_SLOTS
+    assert not att.should_pack(mask(slots - 10, 0.5))
+    assert att.should_pack(mask(slots, 0.5)) and att.should_pack(mask(10, 0.5, cuda=False))
+    assert att.should_pack(mask(1000, att.PACKING_MIN_PADDING, cuda=False))  # exactly the share: packed
+    assert not att.should_pack(mask(1000, att.PACKING_MIN_PADDING - 0.001, cuda=False))
+    monkeypatch.setattr(att, "_has_varlen", lambda: True)
+    for head_dim, suits in ((256, True), (264, False), (8, True), (12, False)):
+        q = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(3, 2, head_dim))
+        assert att.varlen_suits(q, 0.0) is suits, head_dim
+
+
+def test_varlen_names_what_it_refuses_in_full():
+    with pytest.raises(ValueError) as refused:
+        tiny(attention_dropout=0.1, attention="varlen").train()(batch_of([5, 2]))
+    assert str(refused.value) == (
+        "the varlen attention kernel has no dropout, but attention dropout is 0.1 in training: "
+        "use --attention-dropout 0, or another attention strategy"
+    )
+    model = tiny(attention="varlen").to(torch.bfloat16)
+    head_dim = model.cfg.encoder_embed_dim // model.cfg.encoder_attention_heads
+    with pytest.raises(ValueError) as refused:
+        model(batch_of([5, 2]))
+    assert f"; got cpu, torch.bfloat16, head size {head_dim} (" in str(refused.value)
