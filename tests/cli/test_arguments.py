@@ -35,6 +35,17 @@ def helps(parser: argparse.ArgumentParser) -> dict[str, str]:
     return {action.option_strings[0]: action.help for action in parser._actions if action.option_strings}
 
 
+FILES_GIVEN = {
+    "bpe": "gpt2",
+    "gpt2_encoder_json": "e.json",
+    "gpt2_vocab_bpe": "v.bpe",
+    "bpe_vocab_file": "vocab.txt",
+    "bpe_cased": True,
+    "sentencepiece_model": "s.model",
+}
+"""The tokenizer's files as the command lines below give them, parsed."""
+
+
 def test_counts_take_their_bounds_and_name_what_they_refuse(capsys):
     assert [arguments.positive_int(text) for text in ("1", "12")] == [1, 12]
     assert [arguments.non_negative_int(text) for text in ("0", "1")] == [0, 1]
@@ -68,12 +79,7 @@ def test_the_model_arguments_default_to_from_pretrained_s_and_parse_every_option
         "model": "m",
         "checkpoint_file": "c.pt",
         "data_name_or_path": "d",
-        "bpe": "gpt2",
-        "gpt2_encoder_json": "e.json",
-        "gpt2_vocab_bpe": "v.bpe",
-        "bpe_vocab_file": "vocab.txt",
-        "bpe_cased": True,
-        "sentencepiece_model": "s.model",
+        **FILES_GIVEN,
         "device": "cuda",
         "dtype": "int8",
         "threads": 3,
@@ -191,16 +197,7 @@ def test_load_model_passes_every_argument_and_names_the_model_it_cannot_load(mon
     assert calls == [
         (
             ("m", "c.pt", "d"),
-            {
-                "bpe": "gpt2",
-                "gpt2_encoder_json": "e.json",
-                "gpt2_vocab_bpe": "v.bpe",
-                "bpe_vocab_file": "vocab.txt",
-                "bpe_cased": True,
-                "sentencepiece_model": "s.model",
-                "device": "cpu",
-                "dtype": "bfloat16",
-            },
+            {**FILES_GIVEN, "device": "cpu", "dtype": "bfloat16"},
         )
     ]
     args.dtype, args.device = "int8", "auto"  # int8 runs on the cpu, even where there is a GPU
