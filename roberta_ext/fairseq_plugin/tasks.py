@@ -229,7 +229,7 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
     cfg: RobertaExtMLMConfig
 
     def __init__(self, cfg: RobertaExtMLMConfig, dictionary: Dictionary) -> None:
-        if cfg.pack_documents and cfg.sample_break_mode == "complete_doc":
+        if getattr(cfg, "pack_documents", False) and getattr(cfg, "sample_break_mode", None) == "complete_doc":
             # complete_doc rows hold one document of several lines (documents end at an empty
             # line), and --pack-documents would attend each line of it alone.
             raise ValueError(
