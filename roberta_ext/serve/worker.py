@@ -361,9 +361,15 @@ class BatchingWorker:
         for job in self._pending:
             if job.task.key == key:
                 rows, longest = rows + len(job.items), max(longest, max(job.lengths))
-        return rows * longest >= self.max_batch_tokens or (
-            self.max_batch_requests is not None and rows >= self.max_batch_requests
-        )
+        return self._room(rows, longest) <= 0
+
+    def _room(self, rows: int, longest: int) -> int:
+        """The batch budget left by ``rows`` rows padded to ``longest`` tokens: the padded tokens or
+        the rows still allowed, whichever runs out first; 0 at the budget, negative over it."""
+        room = self.max_batch_tokens - rows * longest
+        if self.max_batch_requests is not None:
+            room = min(room, self.max_batch_requests - rows)
+        return room
 
     def _select(self) -> list[Job]:
         """The oldest job, and behind it the jobs of the same task that fit the budget (in order)."""
@@ -377,10 +383,7 @@ class BatchingWorker:
                 continue
             wider = max(longest, max(job.lengths))
             more = rows + len(job.items)
-            fits = more * wider <= self.max_batch_tokens and (
-                self.max_batch_requests is None or more <= self.max_batch_requests
-            )
-            if not fits:
+            if self._room(more, wider) < 0:
                 kept.append(job)
                 break
             batch.append(job)
