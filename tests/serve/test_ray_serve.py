@@ -57,16 +57,23 @@ def delay_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def base_url(served_model_dir, delay_file):
-    """Two replicas of one CPU each on a two-CPU local cluster, the proxy on a free port."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    options = ServeOptions(max_batch_tokens=2048, timeout_s=20, log_level="warning")
-    app = deployment(slowed_loader(served_model_dir, delay_file), options, num_replicas=2, health_check_period_s=1)
-    serve.run(app, name=APP_NAME, route_prefix="/")
-    yield f"http://127.0.0.1:{port}"
-    serve.shutdown()
-    ray.shutdown()
+    """Two replicas of one CPU each on a two-CPU local cluster, the proxy on a free port.
+
+    Serve gives its HTTP proxy 5 s to start and then kills it; in a full test run, beside three
+    other test workers on two cores, it once took longer and the module's setup failed. The
+    cluster's processes take their environment from this one: the proxy gets 60 s here."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
+        patch.setenv("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        options = ServeOptions(max_batch_tokens=2048, timeout_s=20, log_level="warning")
+        app = deployment(slowed_loader(served_model_dir, delay_file), options, num_replicas=2, health_check_period_s=1)
+        serve.run(app, name=APP_NAME, route_prefix="/")
+        yield f"http://127.0.0.1:{port}"
+        serve.shutdown()
+        ray.shutdown()
 
 
 def embed(base_url: str, inputs: list[str]) -> httpx.Response:
