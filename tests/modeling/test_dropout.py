@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from roberta_ext.modeling import dropout as dropout_module
 from roberta_ext.modeling.dropout import Dropout, attention, dropout, keep_mask
@@ -100,3 +101,57 @@ def test_attention_dropout_is_unbiased():
     q, k, v = (torch.randn(1, 1, 4, 8) for _ in range(3))
     draws = torch.stack([attention(q, k, v, dropout_p=0.2) for _ in range(4000)]).mean(0)
     torch.testing.assert_close(draws, F.scaled_dot_product_attention(q, k, v), atol=0.08, rtol=0)
+
+
+def test_a_generator_given_is_the_one_drawn_from_one_word_per_two_elements():
+    """``generator``: the mask comes from it, not from the global seed, and takes one 64-bit word
+    per two elements (half of what ``bernoulli_`` draws), rounded up for an odd count."""
+    for n in (10, 11):
+        generator = torch.Generator().manual_seed(8)
+        torch.manual_seed(100)
+        first = keep_mask((n,), 0.5, generator=generator)
+        after = generator.get_state()
+        torch.manual_seed(200)  # another global state: the same mask from the same generator state
+        again = keep_mask((n,), 0.5, generator=torch.Generator().manual_seed(8))
+        assert torch.equal(first, again)
+        words = torch.Generator().manual_seed(8)
+        torch.randint(-(2**63), 2**63 - 1, ((n + 1) // 2,), dtype=torch.int64, generator=words)
+        assert torch.equal(after, words.get_state()), n
+
+
+def test_on_the_cpu_dropout_keeps_what_keep_mask_draws():
+    torch.manual_seed(9)
+    x = torch.randn(6, 10)
+    out = dropout(x, 0.4)
+    torch.manual_seed(9)
+    torch.randn(6, 10)
+    assert torch.equal(out, x * keep_mask(x.shape, 0.4).to(x.dtype).mul_(1 / 0.6))
+
+
+def test_the_layer_takes_nn_dropouts_default_and_both_ends():
+    assert Dropout().p == nn.Dropout().p == 0.5
+    x = torch.randn(3, 4)
+    assert Dropout(0.0).train()(x) is x
+    assert Dropout(1.0).train()(x).abs().sum() == 0
+    with pytest.raises(ValueError, match="but got -0.1"):
+        Dropout(-0.1)
+
+
+def test_attention_without_dropout_passes_the_mask_to_sdpa():
+    torch.manual_seed(10)
+    q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
+    attn_mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    attn_mask[1, ..., 3:] = False
+    assert torch.equal(attention(q, k, v, attn_mask), F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask))
+
+
+def test_attention_with_dropout_takes_any_leading_dimensions():
+    """(B, T, D) inputs are attended as (B, 1, T, D): the same scores, and under the same seed the
+    same mask (it is drawn over the same number of probabilities in the same order)."""
+    q, k, v = (torch.randn(2, 5, 8) for _ in range(3))
+    torch.manual_seed(11)
+    three = attention(q, k, v, dropout_p=0.3)
+    torch.manual_seed(11)
+    four = attention(q[:, None], k[:, None], v[:, None], dropout_p=0.3)[:, 0]
+    assert torch.equal(three, four)
+    assert not torch.equal(three, F.scaled_dot_product_attention(q, k, v))  # dropout did drop
