@@ -75,6 +75,15 @@ def test_plugin_options_are_encoder_config_fields():
     assert "untie_weights_roberta" in plugin and "vocab_size" not in plugin
 
 
+def test_an_option_with_choices_is_refused_by_fairseqs_parser_outside_them(capsys):
+    """EncoderConfig's ``choices`` become the flag's choices: fairseq's parser names them."""
+    with pytest.raises(SystemExit):
+        parse("--arch", "roberta_ext_base", "--position-style", "learned")
+    expected = "argument --position-style: invalid choice: 'learned' (choose from 'fairseq', 'absolute', 'rotary')"
+    assert expected in capsys.readouterr().err
+    assert parse("--arch", "roberta_ext_base", "--position-style", "rotary").position_style == "rotary"
+
+
 def test_every_family_has_architectures_and_each_size_a_preset():
     for family in families():
         assert family.architectures(), family.name
