@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,11 @@ from fairseq.checkpoint_utils import load_checkpoint_to_cpu  # noqa: E402
 from fairseq.dataclass.configs import FairseqConfig  # noqa: E402
 
 import roberta_ext.fairseq_plugin  # noqa: E402,F401  (its loader reads fairseq's checkpoints under torch 2.13)
-from roberta_ext.fairseq_plugin.lr_schedulers import WarmupStableDecayConfig, WarmupStableDecaySchedule  # noqa: E402
+from roberta_ext.fairseq_plugin.lr_schedulers import (  # noqa: E402
+    WarmupStableDecayConfig,
+    WarmupStableDecaySchedule,
+    check_schedule,
+)
 from roberta_ext.fairseq_plugin.optim import FairseqStableAdamW, StableAdamWConfig  # noqa: E402
 from roberta_ext.families import get_family  # noqa: E402
 from roberta_ext.modeling import EncoderConfig  # noqa: E402
@@ -105,6 +110,53 @@ def test_decay_updates_default_to_a_tenth_of_the_run():
 def test_impossible_schedules_name_the_option(options, message):
     with pytest.raises(ValueError, match=message):
         schedule(**options)
+
+
+def test_a_tenth_of_the_run_is_rounded_down_to_whole_updates():
+    scheduler = schedule(warmup_updates=2, total_num_update=55)  # decay over the last 5 updates, not 5.5
+    assert [scheduler.step_update(n) for n in (49, 50, 54)] == pytest.approx(
+        [formula(n, lr=1e-3, warmup=2, total=55, decay=5) for n in (49, 50, 54)]
+    )
+    assert scheduler.schedule["decay_updates"] == 5 and scheduler.step_update(49) == 1e-3
+
+
+def test_the_ends_of_each_range_are_accepted():
+    assert schedule(total_num_update=1).step_update(0) == 1e-3  # a run of one update, at the peak
+    held = schedule(warmup_updates=2, decay_updates=3, total_num_update=10, final_lr_scale=1.0)
+    assert [held.step_update(n) for n in range(2, 12)] == [1e-3] * 10  # a final scale of 1: no decay
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            dict(warmup_updates=-1),
+            "--warmup-updates -1 and --decay-updates 2 must be >= 0",
+        ),
+        (
+            dict(decay_updates=-2),
+            "--warmup-updates 1 and --decay-updates -2 must be >= 0",
+        ),
+        (dict(decay_shape="cosine"), "--decay-shape 'cosine' is not one of one_minus_sqrt, linear"),
+    ],
+)
+def test_check_schedule_refuses_in_full(changes, message):
+    options = dict(lr=1e-3, warmup_updates=1, total_num_update=10, decay_updates=2, final_lr_scale=0.0)
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        check_schedule(**{**options, "decay_shape": "linear", **changes})
+
+
+def test_a_float_lr_is_the_peak_and_a_list_of_two_is_refused_in_full():
+    """fairseq's configs hold --lr as a list; a config built by hand may hold a float."""
+    optimizer = schedule(total_num_update=4).optimizer
+    scheduler = WarmupStableDecaySchedule(WarmupStableDecayConfig(lr=2e-3, total_num_update=4, max_update=4), optimizer)
+    assert scheduler.step_update(0) == 2e-3
+    message = (
+        "--lr-scheduler roberta_ext_warmup_stable_decay takes one --lr (its peak), got [0.001, 0.0001]; a rate per "
+        "epoch is --lr-scheduler fixed's"
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        schedule(total_num_update=10, lr=(1e-3, 1e-4))
 
 
 # ------------------------------------------------------------------ fairseq-train with the recipe
