@@ -219,7 +219,7 @@ def parse_betas(betas: Any) -> tuple[float, float]:
         except (ValueError, SyntaxError) as error:
             raise ValueError(f"--adam-betas {betas!r} is not two numbers such as '(0.9,0.98)'") from error
     elif OmegaConf.is_config(value):
-        value = OmegaConf.to_container(value)
+        value = OmegaConf.to_container(value, resolve=True)  # a list with ${...} in it holds numbers too
     if not isinstance(value, Sequence) or len(value) != 2 or not all(isinstance(b, (int, float)) for b in value):
         raise ValueError(f"--adam-betas {betas!r} is not two numbers such as '(0.9,0.98)'")
     return float(value[0]), float(value[1])

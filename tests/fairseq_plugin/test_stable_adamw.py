@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 
 import pytest
 import torch
@@ -294,3 +295,160 @@ def test_half_weights_keep_float32_moments_through_torchs_loading():
         for name in ("exp_avg", "exp_avg_sq"):
             assert resumed.state[new][name].dtype == torch.float32
             assert torch.equal(resumed.state[new][name], optimizer.state[old][name])
+
+
+# ------------------------------------------------------------------ its options, their bounds and its loading
+
+
+def one_step(optimizer: StableAdamW, weight: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """``weight`` after one step of ``optimizer`` with the gradient ``grad``."""
+    weight.grad = grad
+    optimizer.step()
+    return weight.detach()
+
+
+def test_the_default_weight_decay_is_torchs_adamws():
+    """With a zero gradient the moments stay zero and only the weight decay moves the weight."""
+    ours, peer = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    peer_optimizer = torch.optim.AdamW([peer], lr=0.1)
+    peer.grad = torch.zeros(3)
+    peer_optimizer.step()
+    assert torch.equal(one_step(StableAdamW([ours], lr=0.1), ours, torch.zeros(3)), peer.detach())
+    torch.testing.assert_close(ours.detach(), torch.full((3,), 1 - 0.1 * 1e-2))
+
+
+def test_a_learning_rate_of_zero_is_taken_and_leaves_the_weights():
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = StableAdamW([weight], lr=0.0)
+    assert torch.equal(one_step(optimizer, weight, torch.tensor([1.0, -2.0, 3.0])), torch.ones(3))
+
+
+def test_betas_of_zero_are_taken_and_make_the_step_the_gradients_sign():
+    """betas (0, 0): the moments are the last gradient and its square, ``RMS = 1``: ``lr * sign(g)``."""
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = StableAdamW([weight], lr=0.1, betas=(0.0, 0.0), weight_decay=0.0)
+    for grad in (torch.tensor([2.0, -0.5]), torch.tensor([-4.0, -1.0])):
+        one_step(optimizer, weight, grad)
+    torch.testing.assert_close(weight.detach(), torch.tensor([1.0, 1.2]))
+
+
+def test_an_eps_of_zero_is_taken():
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = StableAdamW([weight], lr=0.1, eps=0.0, weight_decay=0.0)
+    torch.testing.assert_close(one_step(optimizer, weight, torch.tensor([3.0, -0.25])), torch.tensor([0.9, 1.1]))
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(lr=-1.0), "StableAdamW: the learning rate must be >= 0, got -1.0"),
+        (dict(lr=0.1, betas=(0.9,)), "StableAdamW: betas must be two numbers in [0, 1), got (0.9,)"),
+        (dict(lr=0.1, betas=(0.9, 0.9, 0.9)), "StableAdamW: betas must be two numbers in [0, 1), got (0.9, 0.9, 0.9)"),
+        (dict(lr=0.1, betas=[0.9, 1.0]), "StableAdamW: betas must be two numbers in [0, 1), got (0.9, 1.0)"),
+        (dict(lr=0.1, betas=(1.0, 0.99)), "StableAdamW: betas must be two numbers in [0, 1), got (1.0, 0.99)"),
+        (dict(lr=0.1, betas=(-0.1, 0.99)), "StableAdamW: betas must be two numbers in [0, 1), got (-0.1, 0.99)"),
+        (dict(lr=0.1, eps=-1e-6), "StableAdamW: eps and weight_decay must be >= 0, got eps=-1e-06, weight_decay=0.01"),
+        (
+            dict(lr=0.1, weight_decay=-0.1),
+            "StableAdamW: eps and weight_decay must be >= 0, got eps=1e-06, weight_decay=-0.1",
+        ),
+        (
+            dict(lr=0.1, decouple_lr=True, max_lr=0.0),
+            "StableAdamW: decouple_lr needs a max_lr > 0 (the peak learning rate), got 0.0",
+        ),
+        (
+            dict(lr=0.0, decouple_lr=True),
+            "StableAdamW: decouple_lr needs a max_lr > 0 (the peak learning rate), got 0.0",
+        ),
+    ],
+)
+def test_options_out_of_bounds_are_refused_with_their_values(settings, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        StableAdamW([torch.nn.Parameter(torch.ones(2))], **settings)
+
+
+def trained(params: list[torch.nn.Parameter], *, steps: int = 2) -> StableAdamW:
+    """A StableAdamW after ``steps`` steps of the parameters that have a gradient (those of more than
+    one element; the others keep no state)."""
+    generator = torch.Generator().manual_seed(0)
+    optimizer = StableAdamW(params, lr=0.01)
+    for _ in range(steps):
+        for param in params:
+            param.grad = torch.randn(param.shape, generator=generator).to(param.dtype) if param.numel() > 1 else None
+        optimizer.step()
+    return optimizer
+
+
+def test_a_parameter_without_state_in_the_checkpoint_is_loaded_without_state():
+    params = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(1))]
+    optimizer = trained(params)
+    resumed_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    resumed = StableAdamW(resumed_params, lr=0.01)
+    resumed.load_state_dict(through_a_file(optimizer.state_dict()))
+    assert torch.equal(resumed.state[resumed_params[0]]["exp_avg"], optimizer.state[params[0]]["exp_avg"])
+    assert not resumed.state[resumed_params[1]]
+
+
+def test_moments_saved_in_another_dtype_are_loaded_in_the_compute_dtype():
+    """A checkpoint of bf16 weights whose moments are bf16 (as torch's AdamW keeps them): loaded as
+    float32, the dtype StableAdamW steps bf16 weights in."""
+    params = [torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))]
+    saved = trained(params).state_dict()
+    for name in ("exp_avg", "exp_avg_sq"):
+        saved["state"][0][name] = saved["state"][0][name].to(torch.bfloat16)
+    resumed_params = [torch.nn.Parameter(params[0].detach().clone())]
+    resumed = StableAdamW(resumed_params, lr=0.01)
+    resumed.load_state_dict(saved)
+    for name in ("exp_avg", "exp_avg_sq"):
+        moment = resumed.state[resumed_params[0]][name]
+        assert moment.dtype == torch.float32
+        assert torch.equal(moment, saved["state"][0][name].float())
+
+
+def test_moments_are_loaded_onto_the_parameters_device():
+    """A checkpoint read to the CPU, loaded for weights on another device (``meta`` here, as any
+    other): the moments go where the weights are."""
+    saved = trained([torch.nn.Parameter(torch.ones(3))]).state_dict()
+    resumed_params = [torch.nn.Parameter(torch.ones(3, device="meta"))]
+    resumed = StableAdamW(resumed_params, lr=0.01)
+    resumed.load_state_dict(saved)
+    for name in ("exp_avg", "exp_avg_sq"):
+        assert resumed.state[resumed_params[0]][name].device == torch.device("meta")
+
+
+def test_betas_as_hydras_list_are_read_with_their_interpolations_resolved():
+    assert parse_betas(omegaconf.OmegaConf.create([0.9, 0.98])) == (0.9, 0.98)
+    config = omegaconf.OmegaConf.create({"b2": 0.95, "betas": [0.9, "${b2}"]})  # a config not yet resolved
+    assert parse_betas(config.betas) == (0.9, 0.95)
+
+
+def test_betas_as_hydras_list_with_a_missing_value_are_refused_naming_the_option():
+    betas = omegaconf.OmegaConf.create([0.9, "???"])
+    message = "--adam-betas [0.9, '???'] is not two numbers such as '(0.9,0.98)'"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        parse_betas(betas)
+
+
+@pytest.mark.parametrize(
+    "no_decay, weight_decay, overrides, weight_decays, lr",
+    [
+        (True, 0.1, None, [0.1, 0.0], 0.01),
+        (True, 0.1, {"weight_decay": 0.2}, [0.2, 0.0], 0.01),
+        (True, 0.1, {"lr": 0.5}, [0.1, 0.0], 0.5),
+        (False, 0.0, {"weight_decay": 0.2}, [0.2], 0.01),
+        (False, 0.1, {"weight_decay": 0.0, "lr": 0.5}, [0.0], 0.5),
+    ],
+)
+def test_a_checkpoint_loaded_through_fairseq_takes_its_overrides_and_keeps_the_no_decay_group(
+    no_decay, weight_decay, overrides, weight_decays, lr
+):
+    """fairseq's ``--optimizer-overrides`` apply to every group, except that the group of
+    ``--no-decay-bias-and-norm`` stays without weight decay; without the option, the one group
+    takes them whatever its weight decay was."""
+    model = torch.nn.Linear(3, 2)
+    cfg = fairseq_config(weight_decay=weight_decay, no_decay_bias_and_norm=no_decay)
+    saved = optim.build_optimizer(cfg.optimizer, list(model.parameters())).state_dict()
+    resumed = optim.build_optimizer(cfg.optimizer, list(model.parameters()))
+    resumed.load_state_dict(saved, overrides)
+    assert [group["weight_decay"] for group in resumed.param_groups] == weight_decays
+    assert [group["lr"] for group in resumed.param_groups] == [lr] * len(weight_decays)

@@ -4,6 +4,8 @@ model, checked against fairseq's call convention (``model(tokens, ...)``) on the
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -86,3 +88,72 @@ def test_eval_mode_gives_every_module_of_any_tree_its_mode_back():
     with pytest.raises(RuntimeError, match="^inside$"), eval_mode(module):
         raise RuntimeError("inside")
     assert [sub.training for sub in module.modules()] == modes
+
+
+def test_fairseqs_forward_defaults_give_logits_and_no_hidden_states(model):
+    """``model(tokens)`` and ``model.encoder(tokens)``: vocabulary logits, ``inner_states`` None, as in
+    fairseq's ``RobertaModel``; a model is built with its masked-LM head."""
+    with torch.no_grad():
+        for logits, extra in (model(TOKENS), model.encoder(TOKENS)):
+            assert logits.shape == (*TOKENS.shape, model.cfg.vocab_size) and extra == {"inner_states": None}
+    assert model.has_lm_head
+
+
+def test_the_forward_passes_document_starts_on(model):
+    """A row of two packed documents: the second's features are those of it alone, through
+    fairseq's call convention as through ``features``."""
+    row = torch.tensor([[3, 5, 6, 4, 3, 7, 8, 9, 4]])  # no padding id of any family (BERT pads with 0)
+    starts = torch.zeros_like(row, dtype=torch.bool)
+    starts[0, 4] = True
+    with torch.no_grad():
+        alone = model.features(row[:, 4:]).last_hidden_state
+        packed, _ = model(row, features_only=True, document_starts=starts)
+        logits, _ = model.encoder(row, document_starts=starts)
+        alone_logits, _ = model.encoder(row[:, 4:])
+    torch.testing.assert_close(packed[:, 4:], alone, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits[:, 4:], alone_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_the_pooler_takes_the_configs_activation():
+    cfg = preset("bert-tiny").replace(pooler_activation_fn="relu")
+    model = EncoderModel(cfg).eval()
+    features = torch.randn(2, 3, cfg.encoder_embed_dim)
+    torch.testing.assert_close(model.pooler(features), torch.relu(model.pooler.dense(features[:, 0])))
+
+
+@pytest.mark.parametrize("register", ["register_classification_head", "register_token_head"])
+def test_one_output_is_a_head_and_none_or_a_dotted_name_is_refused_in_full(model, register):
+    """One output is a regression head (STS-B) or a one-label tagger; 0, None and names fairseq's state dict
+    keys could not hold are refused, naming the head."""
+    kind = "head" if register == "register_classification_head" else "token head"
+    count = "num_classes" if register == "register_classification_head" else "num_labels"
+    assert getattr(model, register)("one", 1).num_classes == 1
+    for bad in (0, None):
+        message = f"{count} for {kind} 'none' must be a positive integer, got {bad!r}"
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            getattr(model, register)("none", bad)
+    name = "classification head" if register == "register_classification_head" else "token head"
+    for bad_name in ("a.b", ""):
+        message = f"{name} name {bad_name!r} must be non-empty and contain no '.'"
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            getattr(model, register)(bad_name, 2)
+
+
+def test_a_token_head_takes_the_dropout_given_else_the_models():
+    model = EncoderModel(preset("tiny").replace(dropout=0.2))
+    assert model.register_token_head("given", 3, dropout=0.3).dropout.p == 0.3
+    assert model.register_token_head("default", 3).dropout.p == 0.2
+
+
+def test_a_head_added_later_takes_the_models_dtype(model):
+    model.to(torch.bfloat16)
+    head = model.register_classification_head("late", num_classes=2)
+    token_head = model.register_token_head("late_tags", num_labels=2)
+    assert {p.dtype for p in [*head.parameters(), *token_head.parameters()]} == {torch.bfloat16}
+
+
+def test_a_head_added_later_goes_to_the_models_device():
+    """(The meta device stands in for an accelerator: a head left on the CPU would be on another device.)"""
+    model = EncoderModel(preset("tiny")).to("meta")
+    head = model.register_classification_head("late", num_classes=2)
+    assert {p.device.type for p in head.parameters()} == {"meta"}
