@@ -259,3 +259,19 @@ def test_a_request_error_keeps_its_own_status():
     refused = RequestError(413, "the body is too large", field="body")
     assert answer_for(refused) is refused
     assert answered(refused) == (413, {"error": "the body is too large", "error_type": "Validation", "field": "body"})
+
+
+def test_a_request_error_reads_as_its_message_and_owns_its_headers():
+    given = {"Retry-After": "3"}
+    refused = RequestError(429, "the server is busy", kind="Overloaded", headers=given)
+    assert str(refused) == "the server is busy" and refused.args == ("the server is busy",)
+    assert refused.headers == given and refused.headers is not given  # a copy: the caller's dict stays its own
+    assert RequestError(400, "no").headers == {}
+
+
+def test_the_field_is_the_one_given_else_the_input_an_input_error_names():
+    named = InputError("inputs[2] is longer than the model takes", where="inputs[2]")
+    assert answer_for(named).field == "inputs[2]"
+    assert answer_for(named, field="inputs[5]").field == "inputs[5]"  # the caller's own path wins
+    assert answer_for(HeadError("no head 'x'"), field="head").field == "head"
+    assert answer_for(HeadError("no head 'x'")).field is None
