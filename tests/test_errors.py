@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from starlette.requests import Request
 
 import roberta_ext
@@ -218,6 +220,46 @@ def test_a_command_shows_a_bug_as_a_traceback():
 
     with pytest.raises(KeyError, match="not a project error"):
         run_command("roberta-ext demo", body)
+
+
+def raising(error: BaseException):
+    def body() -> int:
+        raise error
+
+    return body
+
+
+def test_ctrl_c_is_one_line_saying_what_was_left_and_exit_130(capsys):
+    assert run_command("roberta-ext demo", raising(KeyboardInterrupt())) == 130
+    assert capsys.readouterr().err == "\nroberta-ext demo: interrupted; no output file was written or changed\n"
+    assert run_command("roberta-ext demo", raising(KeyboardInterrupt()), interrupted="out.npy is as it was") == 130
+    assert capsys.readouterr().err == "\nroberta-ext demo: interrupted; out.npy is as it was\n"
+
+
+def test_a_commands_threads_hold_while_it_runs_and_the_callers_come_back():
+    before = torch.get_num_threads()
+    other = before + 1  # (test workers run on one thread: a setting that differs from theirs)
+    seen = []
+    for threads in (other, None):
+        assert run_command("roberta-ext demo", lambda: seen.append(torch.get_num_threads()) or 0, threads=threads) == 0
+        assert torch.get_num_threads() == before
+    assert seen == [other, before]
+    with pytest.raises(KeyError):
+        run_command("roberta-ext demo", raising(KeyError("bug")), threads=other)
+    assert torch.get_num_threads() == before  # given back after a bug too
+
+
+def test_a_broken_pipe_exits_1_quietly_and_sends_what_follows_to_devnull(capfd):
+    """``bpe-encode ... | head``: the reader went away; no message, and Python's own flush of stdout at
+    exit (which would fail again) writes to /dev/null instead."""
+    assert run_command("roberta-ext demo", raising(BrokenPipeError())) == 1
+    os.write(1, b"after the pipe broke\n")
+    assert capfd.readouterr() == ("", "")
+
+
+def test_a_broken_pipe_on_a_stdout_without_a_file_descriptor_still_exits_1_quietly(capsys):
+    assert run_command("roberta-ext demo", raising(BrokenPipeError())) == 1  # (capsys: sys.stdout has no fileno)
+    assert capsys.readouterr() == ("", "")
 
 
 # ------------------------------------------------------------------------------ the server
