@@ -3,21 +3,21 @@ shows it as is), and how long SIGTERM waits."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 
 from roberta_ext.serve import ServeOptions
 
-POSITIVE = (
-    "max_batch_tokens",
-    "max_batch_requests",
-    "max_concurrent_requests",
-    "max_client_batch_size",
-    "payload_limit",
-    "timeout_s",
-    "threads",
-)
+TAKE_ZERO = {"retry_after_s", "graceful_shutdown_s"}
+"""The number options that may be 0 (a ``Retry-After`` of 0, no wait on SIGTERM); the port has a range of its own."""
+POSITIVE = [
+    field.name
+    for field in dataclasses.fields(ServeOptions)
+    if field.type in ("int", "float", "int | None", "float | None") and field.name not in {"port", *TAKE_ZERO}
+]
+"""Every other number option is a limit or a count, which must be positive."""
 
 
 @pytest.mark.parametrize("port", [1, 65535])
@@ -33,6 +33,7 @@ def test_a_port_outside_the_range_is_refused_in_full(port):
 
 @pytest.mark.parametrize("name", POSITIVE)
 def test_each_positive_option_refuses_zero_and_below_in_full_and_takes_one(name):
+    assert len(POSITIVE) == 7  # the batching limits, the payload, the timeout and the threads
     for bad in (0, -2):
         with pytest.raises(ValueError, match=f"^{re.escape(name)} must be > 0, got {bad}$"):
             ServeOptions(**{name: bad})
