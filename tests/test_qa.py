@@ -88,11 +88,17 @@ def make_qa_records(rng: random.Random, n: int, unanswerable: float = 0.15) -> l
     return records
 
 
-@pytest.fixture(scope="module")
-def tokenizer(bpe_files) -> FairseqGPT2Tokenizer:
+def gpt2_tokenizer_with_mask(bpe_files) -> FairseqGPT2Tokenizer:
+    """The tests' GPT-2 BPE over their ``dict.txt`` with ``<mask>`` appended: what a pretrained
+    RoBERTa's folder gives (and what ``qa.load_tokenizer`` must read from one)."""
     dictionary = Dictionary.load(bpe_files.dict_txt)
     dictionary.add_symbol("<mask>")
     return FairseqGPT2Tokenizer(GPT2BPE.from_files(bpe_files.encoder_json, bpe_files.vocab_bpe), dictionary)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(bpe_files) -> FairseqGPT2Tokenizer:
+    return gpt2_tokenizer_with_mask(bpe_files)
 
 
 # ---------------------------------------------------------------------------------- data

@@ -17,8 +17,8 @@ import torch
 from roberta_ext.inference import qa
 from roberta_ext.modeling import EncoderOutput
 from roberta_ext.tokenizers.dictionary import Dictionary
-from roberta_ext.tokenizers.gpt2_bpe import GPT2BPE, FairseqGPT2Tokenizer
-from tests.test_qa import ScoringModel, scoring_hub
+from roberta_ext.tokenizers.gpt2_bpe import FairseqGPT2Tokenizer
+from tests.test_qa import ScoringModel, gpt2_tokenizer_with_mask, scoring_hub
 
 # --------------------------------------------------------------------------------- helpers
 
@@ -388,10 +388,7 @@ TEXT = "Zorbia's capital, Quelm (est. 1901)!"
 
 @pytest.fixture(scope="module")
 def tokenizer(bpe_files) -> FairseqGPT2Tokenizer:
-    """The GPT-2 BPE tokenizer over dict.txt and <mask>, built as tests/test_qa.py builds it."""
-    dictionary = Dictionary.load(bpe_files.dict_txt)
-    dictionary.add_symbol("<mask>")
-    return FairseqGPT2Tokenizer(GPT2BPE.from_files(bpe_files.encoder_json, bpe_files.vocab_bpe), dictionary)
+    return gpt2_tokenizer_with_mask(bpe_files)
 
 
 def test_load_tokenizer_reads_the_folders_gpt2_bpe_over_dict_txt_with_mask_appended(tmp_path, bpe_files, tokenizer):
