@@ -157,6 +157,13 @@ class RobertaExtClassificationLoss(SentencePredictionCriterion):
             derived("pearson", lambda p, t: pearson_and_spearman(p, t)["pearson"])
             derived("spearman", lambda p, t: pearson_and_spearman(p, t)["spearmanr"])
 
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        """No: a validation log holds lists of predictions and targets, which fairseq's trainer would
+        sum key by key across workers (``0 + list``, a TypeError in distributed validation); gathered
+        instead, the metrics are those of every worker's predictions."""
+        return False
+
 
 _PREDICTIONS, _TARGETS = "_pred", "_targ"
 """Meters of the validation predictions and targets; fairseq does not log names starting with ``_``."""
