@@ -152,7 +152,8 @@ def _told(detail: ErrorDetails, constraints: dict[str, dict[str, Any]]) -> Reque
     elif kind in ("literal_error", "none_required"):
         choices = ", ".join(limits.get("enum", ()))
         told = f"one of {choices}" if choices else "null (the model has none)"
-        message = f"{where} must be {told}, got {value!r}"
+        shown = "null" if value is None else repr(value)  # JSON's word for None
+        message = f"{where} must be {told}, got {shown}"
     else:
         message = f"{where}: {detail['msg']}"
     return RequestError(422, message, field=where)
