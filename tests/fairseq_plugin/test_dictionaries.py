@@ -138,3 +138,57 @@ def test_tasks_set_up_with_the_loaded_dictionary(tmp_path):
 def test_the_errors_derive_from_the_projects_base():
     assert issubclass(DictionaryError, RobertaExtError)
     assert issubclass(MissingDictionary, FileNotFoundError) and issubclass(UnreadableDictionary, ValueError)
+
+
+def test_a_task_is_named_as_fairseq_registered_it_from_its_class_or_an_instance(tmp_path):
+    (tmp_path / "dict.txt").write_text(DICT_TXT)
+    task = setup(RobertaExtMLMTask, {}, tmp_path)
+    assert task_name(RobertaExtMLMTask) == task_name(task) == "roberta_ext_mlm"
+
+
+def test_a_task_fairseq_does_not_know_is_named_by_its_class_name(tmp_path):
+    from fairseq.tasks import FairseqTask
+
+    class UnregisteredTask(FairseqTask):
+        pass
+
+    assert task_name(UnregisteredTask) == "UnregisteredTask"
+    with pytest.raises(MissingDictionary) as error:
+        load_dictionary(tmp_path / "dict.txt", task=UnregisteredTask, needs="its files")
+    assert (
+        str(error.value)
+        == f"--task UnregisteredTask: {tmp_path / 'dict.txt'} does not exist; its data folder needs its files"
+    )
+
+
+def test_no_mask_unless_asked_for(tmp_path):
+    (tmp_path / "dict.txt").write_text(DICT_TXT)
+    dictionary = load_dictionary(tmp_path / "dict.txt", task=RobertaExtMLMTask, needs="-")
+    assert "<mask>" not in dictionary.indices
+    assert dictionary.symbols == Dictionary.load(str(tmp_path / "dict.txt")).symbols
+
+
+@pytest.fixture
+def ascii_locale():
+    """The C locale for character types, as a process started without a UTF-8 locale has it (the
+    default encoding of ``open`` is then ASCII); the previous one restored after the test."""
+    import locale
+    import sys
+
+    if sys.flags.utf8_mode:
+        pytest.skip("Python's UTF-8 mode reads every file as UTF-8 whatever the locale")
+    previous = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, previous)
+
+
+def test_a_utf8_dictionary_is_read_as_utf8_whatever_the_locale(tmp_path, ascii_locale):
+    """``Dictionary.load`` reads ``dict.txt`` as UTF-8 (an XLM-R dictionary is mostly not ASCII)."""
+    path = tmp_path / "dict.txt"
+    path.write_bytes("hello 7\n▁héllo 3\n世界 2\n".encode())
+    ours = load_dictionary(path, task=RobertaExtMLMTask, needs="-")
+    theirs = Dictionary.load(str(path))
+    assert ours.symbols == theirs.symbols and ours.symbols[-2:] == ["▁héllo", "世界"]

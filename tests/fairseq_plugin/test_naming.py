@@ -106,3 +106,41 @@ def test_the_plugin_adds_exactly_those_names_to_a_fresh_process():
     assert result.returncode == 0, result.stderr[-4000:]
     added = json.loads(result.stdout.strip().splitlines()[-1])
     assert added == registered_names()
+
+
+def test_the_architectures_named_after_the_models_are_ours():
+    """fairseq registers an architecture named after each model with a dataclass, with a no-op
+    function of its own: the model class makes those the plugin's."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    names = registered_names()
+    assert set(names["model"]) <= set(names["architecture"])
+    for model in names["model"]:
+        assert ARCH_MODEL_REGISTRY[model].__module__.startswith("roberta_ext.")
+        assert ARCH_CONFIG_REGISTRY[model].__module__.startswith("fairseq.")
+
+
+def test_an_architecture_of_ours_on_fairseqs_model_is_ours(monkeypatch):
+    """An architecture whose function is the plugin's counts as the plugin's even on fairseq's
+    own model class (``register_model_architecture("roberta", ...)``); fairseq's are not."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    monkeypatch.setitem(ARCH_MODEL_REGISTRY, "roberta_ext_on_fairseqs_model", MODEL_REGISTRY["roberta"])
+    monkeypatch.setitem(ARCH_CONFIG_REGISTRY, "roberta_ext_on_fairseqs_model", ARCH_CONFIG_REGISTRY["roberta_ext_base"])
+    architectures = registered_names()["architecture"]
+    assert "roberta_ext_on_fairseqs_model" in architectures
+    assert "roberta_base" in ARCH_MODEL_REGISTRY and "roberta_base" not in architectures
+
+
+def test_an_architecture_without_a_function_is_told_apart_by_its_model(monkeypatch):
+    """fairseq's ``build_model`` runs an architecture's function only if there is one: an entry put
+    straight into ``ARCH_MODEL_REGISTRY`` (another plugin's, or ours) is judged by its model alone."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    monkeypatch.setitem(ARCH_MODEL_REGISTRY, "other_plugin_arch", MODEL_REGISTRY["roberta"])
+    monkeypatch.setitem(ARCH_MODEL_REGISTRY, "roberta_ext_without_function", MODEL_REGISTRY["roberta_ext"])
+    assert (
+        "other_plugin_arch" not in ARCH_CONFIG_REGISTRY and "roberta_ext_without_function" not in ARCH_CONFIG_REGISTRY
+    )
+    architectures = registered_names()["architecture"]
+    assert "roberta_ext_without_function" in architectures and "other_plugin_arch" not in architectures
