@@ -19,7 +19,6 @@ from tests.peers import require
 require("fairseq", "the criterion is a fairseq criterion")
 
 from fairseq.criterions import CRITERION_REGISTRY  # (after the peer check)
-from fairseq.data import Dictionary
 from fairseq.logging import metrics
 
 import roberta_ext.fairseq_plugin  # noqa: F401  (registers the models, tasks and criteria)
@@ -32,27 +31,17 @@ from roberta_ext.fairseq_plugin.electra import (
     ElectraTask,
     ElectraTaskConfig,
 )
-from roberta_ext.families import electra, preset
-from roberta_ext.modeling.config import FAIRSEQ_NAMES
-
-PAD = 1
-
-
-def dictionary(size: int = 60) -> Dictionary:
-    d = Dictionary()
-    for i in range(size - d.nspecial):
-        d.add_symbol(f"w{i}")
-    return d
+from roberta_ext.families import electra
+from tests.fairseq_plugin.test_models import PAD, dictionary, mlm_task
+from tests.fairseq_plugin.test_models import args_of as args_of_family
 
 
 def task() -> ElectraTask:
-    return ElectraTask(ElectraTaskConfig(data="unused", tokens_per_sample=64), dictionary())
+    return mlm_task(ElectraTask, ElectraTaskConfig)
 
 
 def args_of(**extra: object) -> SimpleNamespace:
-    cfg = preset("electra-tiny")
-    options = {FAIRSEQ_NAMES[name]: getattr(cfg, name) for name in FAIRSEQ_NAMES if name != "max_positions"}
-    return SimpleNamespace(**options, max_positions=64, **extra)
+    return args_of_family("electra", **extra)
 
 
 def pretraining_model(the_task: ElectraTask | None = None, **extra: object) -> ElectraExtPretrainingModel:

@@ -153,6 +153,8 @@ def test_request_fields_are_each_post_routes_fields_in_order():
 
 # ------------------------------------------------------------------------------ statuses and errors
 
+# Written out, not read from openapi.ERRORS: these are the words clients and generated docs show, so a
+# changed description is a change this test should see.
 ERRORS = {
     "400": "the body is not UTF-8 JSON, or a list is empty",
     "413": "the body, the number of inputs or an input's length is over the limit",
