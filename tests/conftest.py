@@ -4,6 +4,7 @@ with fairseq blocked."""
 from __future__ import annotations
 
 import json
+import locale
 import os
 import subprocess
 import sys
@@ -104,6 +105,21 @@ def tqdm_lock_of_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     those that run too long, and one killed while holding it hangs every later one that draws a bar.
     Test files that draw bars take it with ``pytestmark = pytest.mark.usefixtures(...)``."""
     monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
+
+
+@pytest.fixture
+def ascii_locale():
+    """The C locale for character types, as a process started without a UTF-8 locale has it (the
+    default encoding of ``open`` is then ASCII): a file read without ``encoding=`` fails on non-ASCII
+    text. The previous locale is restored after the test."""
+    if sys.flags.utf8_mode:
+        pytest.skip("Python's UTF-8 mode reads every file as UTF-8 whatever the locale")
+    previous = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, previous)
 
 
 @pytest.fixture(scope="session")

@@ -168,23 +168,6 @@ def test_no_mask_unless_asked_for(tmp_path):
     assert dictionary.symbols == Dictionary.load(str(tmp_path / "dict.txt")).symbols
 
 
-@pytest.fixture
-def ascii_locale():
-    """The C locale for character types, as a process started without a UTF-8 locale has it (the
-    default encoding of ``open`` is then ASCII); the previous one restored after the test."""
-    import locale
-    import sys
-
-    if sys.flags.utf8_mode:
-        pytest.skip("Python's UTF-8 mode reads every file as UTF-8 whatever the locale")
-    previous = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, previous)
-
-
 def test_a_utf8_dictionary_is_read_as_utf8_whatever_the_locale(tmp_path, ascii_locale):
     """``Dictionary.load`` reads ``dict.txt`` as UTF-8 (an XLM-R dictionary is mostly not ASCII)."""
     path = tmp_path / "dict.txt"

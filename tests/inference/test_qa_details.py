@@ -6,7 +6,6 @@ counts, ties and thresholds in ``answer``, and the two functions the fairseq tas
 from __future__ import annotations
 
 import json
-import locale
 import re
 import shutil
 from types import SimpleNamespace
@@ -96,16 +95,11 @@ def test_load_examples_names_the_file_in_its_errors(tmp_path):
     assert str(info.value) == f"{str(path)!r} must be a JSON list of examples, got dict"
 
 
-def test_examples_are_read_as_utf8_whatever_the_locale(tmp_path):
+def test_examples_are_read_as_utf8_whatever_the_locale(tmp_path, ascii_locale):
     path = tmp_path / "train.json"
     record = {"question": "Où?", "context": "À Zürich.", "answers": [{"text": "Zürich", "answer_start": 2}]}
     path.write_bytes(json.dumps([record], ensure_ascii=False).encode("utf-8"))
-    saved = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")  # an ASCII locale: open() without an encoding would fail
-    try:
-        examples = qa.load_examples(path)
-    finally:
-        locale.setlocale(locale.LC_CTYPE, saved)
+    examples = qa.load_examples(path)
     assert examples == [qa.QAExample("Où?", "À Zürich.", (("Zürich", 2),), "0")]
 
 
