@@ -38,6 +38,7 @@ from roberta_ext.fairseq_plugin.criterions import (
 )
 from roberta_ext.fairseq_plugin.models import RobertaExtModel
 from roberta_ext.families import preset
+from tests.fairseq_plugin.test_models import dictionary as fairseq_dictionary
 
 HEAD = "sentence_classification_head"
 
@@ -139,16 +140,8 @@ def test_validation_logs_fairseqs_metrics_as_numbers_only(outputs, expected):
 PAD = 1
 
 
-def vocabulary(size: int = 64) -> Dictionary:
-    """fairseq's dictionary (<pad> 1) grown to the tiny model's vocabulary."""
-    dictionary = Dictionary()
-    for k in range(size - len(dictionary)):
-        dictionary.add_symbol(f"w{k}")
-    return dictionary
-
-
 def mlm_task() -> SimpleNamespace:
-    dictionary = vocabulary()
+    dictionary = fairseq_dictionary(64)  # the tiny model's vocabulary
     return SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
 
 
