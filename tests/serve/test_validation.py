@@ -6,42 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 import pytest
 
 from roberta_ext.serve.schemas import RouteLimits, request_models
 from roberta_ext.serve.validation import RequestError, parse_json_object, type_name, validated
+from tests.serve.test_schemas import LIMITS as LIMIT_VALUES
+from tests.serve.test_schemas import models, read, refused
 
-LIMITS = RouteLimits(
-    max_items=3,
-    dimension=32,
-    vocab_size=100,
-    heads=("mnli",),
-    prompts=("query",),
-    max_top_k=10,
-    mask_spellings=("<mask>",),
-)
-MODELS = request_models(LIMITS)
+LIMITS = RouteLimits(**LIMIT_VALUES)
 EMBED_TAKES = "/embed takes inputs, normalize, truncate, truncation_direction, prompt_name, dimensions"
 
 
-def refusal(route: str, body: dict[str, Any]) -> tuple[int, str | None, str, str]:
-    """What ``route`` answers ``body``: status, field, message and error type."""
-    error = validated(MODELS[route], body, route=route)
-    assert isinstance(error, RequestError), f"{route} accepted {body!r}: {error!r}"
-    return error.status, error.field, error.message, error.kind
-
-
-def accepted(route: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The values ``route`` reads from ``body``, which it must accept."""
-    request = validated(MODELS[route], body, route=route)
-    assert not isinstance(request, RequestError), f"{route} refused {body!r}: {request.message}"
-    return request.model_dump()
-
-
 def test_the_request_models_are_the_six_post_routes():
-    assert list(MODELS) == ["/embed", "/v1/embeddings", "/predict", "/fill_mask", "/tokenize", "/decode"]
+    assert list(models()) == ["/embed", "/v1/embeddings", "/predict", "/fill_mask", "/tokenize", "/decode"]
 
 
 # ------------------------------------------------------------------------------ type_name
@@ -171,7 +149,7 @@ EMBED_DEFAULTS = {
     ],
 )
 def test_each_route_returns_the_model_with_the_values_of_a_valid_body(route, body, values):
-    assert accepted(route, body) == values
+    assert read(route, body) == values
 
 
 # ------------------------------------------------------------------------------ wrong types and values
@@ -303,7 +281,7 @@ def test_each_route_returns_the_model_with_the_values_of_a_valid_body(route, bod
     ],
 )
 def test_each_route_refuses_a_wrong_type_naming_the_field_path(route, body, field, message):
-    assert refusal(route, body) == (422, field, message, "Validation")
+    assert refused(route, body) == (422, field, message, "Validation")
 
 
 # ------------------------------------------------------------------------------ list lengths
@@ -320,20 +298,20 @@ LIST_FIELDS = [
 
 @pytest.mark.parametrize(("route", "field", "item"), LIST_FIELDS)
 def test_an_empty_list_of_inputs_is_a_400_empty_answer(route, field, item):
-    assert refusal(route, {field: []}) == (400, field, f"{field} is an empty list", "Empty")
+    assert refused(route, {field: []}) == (400, field, f"{field} is an empty list", "Empty")
 
 
 @pytest.mark.parametrize(("route", "field", "item"), LIST_FIELDS)
 def test_exactly_max_items_inputs_are_accepted_and_one_more_is_a_413(route, field, item):
     most = LIMITS.max_items
-    assert accepted(route, {field: [item] * most})[field] == [item] * most
+    assert read(route, {field: [item] * most})[field] == [item] * most
     message = f"{field} has {most + 1} inputs, more than the maximum of {most} per request"
-    assert refusal(route, {field: [item] * (most + 1)}) == (413, field, message, "Validation")
+    assert refused(route, {field: [item] * (most + 1)}) == (413, field, message, "Validation")
 
 
 def test_one_list_of_ids_is_one_text_and_not_limited_to_max_items():
     ids = list(range(LIMITS.max_items + 5))
-    assert accepted("/decode", {"ids": ids})["ids"] == ids
+    assert read("/decode", {"ids": ids})["ids"] == ids
 
 
 # ------------------------------------------------------------------------------ integer ranges
@@ -349,11 +327,11 @@ def test_one_list_of_ids_is_one_text_and_not_limited_to_max_items():
 )
 def test_an_integer_field_accepts_its_ends_and_refuses_one_past_them(route, body, field, ends, span):
     low, high = ends
-    assert accepted(route, {**body, field: low})[field] == low
-    assert accepted(route, {**body, field: high})[field] == high
+    assert read(route, {**body, field: low})[field] == low
+    assert read(route, {**body, field: high})[field] == high
     for outside in (low - 1, high + 1):
         message = f"{field} must be in {span}, got {outside}"
-        assert refusal(route, {**body, field: outside}) == (422, field, message, "Validation")
+        assert refused(route, {**body, field: outside}) == (422, field, message, "Validation")
 
 
 @pytest.mark.parametrize(
@@ -367,7 +345,7 @@ def test_an_integer_field_accepts_its_ends_and_refuses_one_past_them(route, body
 )
 def test_decode_refuses_an_id_outside_the_vocabulary_naming_its_place(ids, field, shown):
     message = f"{field} must be a token id in 0..99, got {shown}"
-    assert refusal("/decode", {"ids": ids}) == (422, field, message, "Validation")
+    assert refused("/decode", {"ids": ids}) == (422, field, message, "Validation")
 
 
 # ------------------------------------------------------------------------------ unknown fields
@@ -431,7 +409,7 @@ def test_decode_refuses_an_id_outside_the_vocabulary_naming_its_place(ids, field
     ],
 )
 def test_an_unknown_field_is_refused_by_name_with_did_you_mean_where_one_fits(route, body, field, message):
-    assert refusal(route, body) == (422, field, message, "Validation")
+    assert refused(route, body) == (422, field, message, "Validation")
 
 
 def test_several_unknown_fields_are_all_named_in_the_order_of_the_body():
@@ -439,13 +417,13 @@ def test_several_unknown_fields_are_all_named_in_the_order_of_the_body():
     message = (
         "unknown fields 'input' (did you mean inputs?), 'zzz', 'truncation' (did you mean truncate?): " + EMBED_TAKES
     )
-    assert refusal("/embed", body) == (422, "input", message, "Validation")
+    assert refused("/embed", body) == (422, "input", message, "Validation")
 
 
 def test_an_unknown_field_is_told_before_a_wrong_value_of_a_known_one():
     body = {"inputs": 3, "top_k": 0, "topk": 3}
     message = "unknown field 'topk' (did you mean top_k?): /fill_mask takes inputs, top_k"
-    assert refusal("/fill_mask", body) == (422, "topk", message, "Validation")
+    assert refused("/fill_mask", body) == (422, "topk", message, "Validation")
 
 
 @pytest.mark.parametrize("route", ["/embed", "/tokenize"])
@@ -463,7 +441,7 @@ def test_a_model_without_prompts_takes_no_prompt_name_and_says_so(route):
 
 def test_a_name_far_from_every_field_gets_no_did_you_mean():
     """``inp`` is 0.67 alike ``inputs``: below the 0.75 a suggestion needs (difflib's default, 0.6, would offer it)."""
-    assert refusal("/embed", {"inputs": "x", "inp": 1}) == (
+    assert refused("/embed", {"inputs": "x", "inp": 1}) == (
         422,
         "inp",
         f"unknown field 'inp': {EMBED_TAKES}",
