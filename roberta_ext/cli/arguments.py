@@ -308,7 +308,7 @@ def output_format(prog: str, path: str | os.PathLike[str], given: str | None, su
     'torch-export'
     """
     suffix = Path(path).suffix.lower()
-    by_suffix = suffixes.get(suffix)
+    by_suffix = suffixes.get(suffix) if suffix else None  # ("": the format of any other suffix, not one named)
     if given is None:
         if by_suffix is None:
             if "" not in suffixes:

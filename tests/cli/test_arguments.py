@@ -274,6 +274,9 @@ def test_the_output_format_follows_the_suffix_and_a_flag_wins_with_a_note(capsys
     assert capsys.readouterr().err == ""
     assert arguments.output_format("demo", "m.pt2", "torch-export", SUFFIXES) == "torch-export"
     assert arguments.output_format("demo", "m.bin", "onnx", SUFFIXES) == "onnx"  # no suffix to contradict
+    # Nor a path without one ("-": standard output), where "" names the format of any other suffix.
+    assert arguments.output_format("demo", "-", "jsonl", {".jsonl": "jsonl", "": "tsv"}) == "jsonl"
+    assert arguments.output_format("demo", "dir/m", "torch-export", {**SUFFIXES, "": "onnx"}) == "torch-export"
     assert capsys.readouterr().err == ""
     assert arguments.output_format("demo", "m.pt2", "onnx", SUFFIXES) == "onnx"
     assert capsys.readouterr().err == (
