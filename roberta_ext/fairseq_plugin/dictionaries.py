@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import os
 
+from fairseq import utils
 from fairseq.data import Dictionary
 
 from ..errors import RobertaExtError
 
-__all__ = ["DictionaryError", "MissingDictionary", "UnreadableDictionary", "load_dictionary", "task_name"]
+__all__ = [
+    "DictionaryError",
+    "MissingDictionary",
+    "UnreadableDictionary",
+    "data_folders",
+    "load_dictionary",
+    "task_name",
+]
 
 
 class DictionaryError(RobertaExtError):
@@ -44,6 +52,27 @@ def task_name(task: type | object) -> str:
 
     cls = task if isinstance(task, type) else type(task)
     return next((name for name, registered in TASK_REGISTRY.items() if registered is cls), cls.__name__)
+
+
+def data_folders(data: str) -> list[str]:
+    """The folders DATA names (fairseq's ``--data``: colon-separated, one an epoch in turn), as
+    fairseq's ``utils.split_paths`` splits them; the first holds the ``dict.txt``. An empty DATA,
+    or an empty folder in it, is refused: fairseq would read it as the working directory.
+
+    >>> data_folders("shard0:shard1")
+    ['shard0', 'shard1']
+    >>> data_folders("shard0::shard1")  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+    ValueError: --data (the positional DATA argument) 'shard0::shard1' names an empty folder
+    (two colons in a row, or one at an end)
+    """
+    folders = utils.split_paths(data)
+    if not data:
+        raise ValueError("--data (the positional DATA argument) is empty")
+    if not all(folders):
+        where = "two colons in a row, or one at an end"
+        raise ValueError(f"--data (the positional DATA argument) {data!r} names an empty folder ({where})")
+    return folders
 
 
 def load_dictionary(path: str | os.PathLike[str], *, task: type | object, needs: str, mask: bool = False) -> Dictionary:

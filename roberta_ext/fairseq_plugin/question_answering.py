@@ -21,7 +21,6 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
@@ -31,7 +30,7 @@ from omegaconf import II, MISSING
 
 from ..inference import qa
 from .datasets import SizedDataset
-from .dictionaries import load_dictionary
+from .dictionaries import data_folders, load_dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ class ExtractiveQATask(FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: ExtractiveQAConfig, **kwargs: Any) -> "ExtractiveQATask":
-        data = utils.split_paths(cfg.data)[0]
+        data = data_folders(cfg.data)[0]
         dict_path = os.path.join(data, "dict.txt")
         dictionary = load_dictionary(dict_path, task=cls, needs="the pretrained model's dict.txt and SPLIT.json files")
         tokenizer = qa.load_tokenizer(data, encoder_json=cfg.bpe_encoder_json, vocab_bpe=cfg.bpe_vocab)
@@ -139,7 +138,7 @@ class ExtractiveQATask(FairseqTask):
         return model
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
-        data = utils.split_paths(self.cfg.data)[0]
+        data = data_folders(self.cfg.data)[0]
         path = os.path.join(data, f"{split}.json")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"dataset not found: {split} ({path})")

@@ -40,7 +40,7 @@ from ..data.word_starts import WORD_BOUNDARY_STYLES, gpt2_word_starts, piece_wor
 from ..families.albert import SENTENCE_ORDER_HEAD
 from ..families.bert import NEXT_SENTENCE_HEAD
 from .datasets import SizedDataset
-from .dictionaries import load_dictionary
+from .dictionaries import data_folders, load_dictionary
 from .tasks import PREPROCESSED, MaskedLMTaskBase
 
 logger = logging.getLogger(__name__)
@@ -114,9 +114,7 @@ class SentencePairMLMTask(MaskedLMTaskBase):
 
     @classmethod
     def setup_task(cls, cfg: SentencePairMLMConfig, **kwargs: Any) -> "SentencePairMLMTask":
-        paths = utils.split_paths(cfg.data)
-        if not paths:
-            raise ValueError("--data (the positional DATA argument) is empty")
+        paths = data_folders(cfg.data)
         if cfg.tokens_per_sample < 5:
             raise ValueError(f"--tokens-per-sample must be at least 5 (<s> A </s> B </s>), got {cfg.tokens_per_sample}")
         if cfg.mask_whole_words and cfg.word_boundaries is None:
@@ -146,7 +144,7 @@ class SentencePairMLMTask(MaskedLMTaskBase):
         return self.batch_masker(word_starts)
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
-        paths = utils.split_paths(self.cfg.data)
+        paths = data_folders(self.cfg.data)
         data_path = paths[(epoch - 1) % len(paths)]
         split_path = os.path.join(data_path, split)
         sentences = data_utils.load_indexed_dataset(split_path, self.source_dictionary, combine=combine)

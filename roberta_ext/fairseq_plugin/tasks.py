@@ -17,7 +17,6 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from fairseq import utils
 from fairseq.data import (
     BaseWrapperDataset,
     Dictionary,
@@ -37,7 +36,7 @@ from omegaconf import II, MISSING
 from ..data.masking import BatchMasker, MaskingConfig
 from ..data.word_starts import gpt2_word_starts
 from .datasets import EveryExampleDataset
-from .dictionaries import load_dictionary
+from .dictionaries import data_folders, load_dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -243,9 +242,7 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
 
     @classmethod
     def setup_task(cls, cfg: RobertaExtMLMConfig, **kwargs: Any) -> "RobertaExtMLMTask":
-        paths = utils.split_paths(cfg.data)
-        if not paths:
-            raise ValueError("--data (the positional DATA argument) is empty")
+        paths = data_folders(cfg.data)
         dictionary = load_dictionary(os.path.join(paths[0], "dict.txt"), task=cls, needs=PREPROCESSED)
         logger.info(f"dictionary: {len(dictionary)} types")
         return cls(cfg, dictionary)
@@ -268,7 +265,7 @@ class RobertaExtMLMTask(MaskedLMTaskBase):
         )
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
-        paths = utils.split_paths(self.cfg.data)
+        paths = data_folders(self.cfg.data)
         data_path = paths[(epoch - 1) % len(paths)]
         split_path = os.path.join(data_path, split)
         dataset = data_utils.load_indexed_dataset(split_path, self.source_dictionary, combine=combine)

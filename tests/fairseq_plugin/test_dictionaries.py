@@ -21,6 +21,7 @@ from roberta_ext.fairseq_plugin.dictionaries import (
     DictionaryError,
     MissingDictionary,
     UnreadableDictionary,
+    data_folders,
     load_dictionary,
     task_name,
 )
@@ -175,3 +176,33 @@ def test_a_utf8_dictionary_is_read_as_utf8_whatever_the_locale(tmp_path, ascii_l
     ours = load_dictionary(path, task=RobertaExtMLMTask, needs="-")
     theirs = Dictionary.load(str(path))
     assert ours.symbols == theirs.symbols and ours.symbols[-2:] == ["▁héllo", "世界"]
+
+
+def test_data_names_its_folders_as_fairseq_splits_them():
+    assert data_folders("data-bin/wiki") == ["data-bin/wiki"]
+    assert data_folders("shard0:shard1:shard2") == ["shard0", "shard1", "shard2"]
+    assert data_folders("s3://bucket/a|s3://bucket/b") == ["s3://bucket/a", "s3://bucket/b"]  # fairseq's "|" for URLs
+
+
+@pytest.mark.parametrize("data", ["shard0::shard1", "shard0:", ":shard1", ":"])
+def test_an_empty_folder_in_data_is_refused_not_read_as_the_working_directory(data):
+    with pytest.raises(ValueError) as refused:
+        data_folders(data)
+    assert str(refused.value) == (
+        f"--data (the positional DATA argument) {data!r} names an empty folder (two colons in a row, or one at an end)"
+    )
+
+
+# The tasks that read DATA as colon-separated folders (fairseq's masked_lm does the same); the others, as
+# fairseq's sentence_prediction, read it as one folder and name the dict.txt they miss in it.
+SPLIT_DATA = [case for case in TASKS if case[0] in (RobertaExtMLMTask, SentencePairMLMTask, ExtractiveQATask)]
+
+
+@pytest.mark.parametrize(("task", "options", "path", "needs"), SPLIT_DATA, ids=[task_name(c[0]) for c in SPLIT_DATA])
+def test_an_empty_data_is_refused_before_any_file_is_read(tmp_path, monkeypatch, task, options, path, needs):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dict.txt").write_text(DICT_TXT)  # what an empty DATA would have read: the working directory's
+    with pytest.raises(ValueError, match=r"^--data \(the positional DATA argument\) is empty$"):
+        task.setup_task(SimpleNamespace(data="", **options))
+    with pytest.raises(ValueError, match="names an empty folder"):
+        task.setup_task(SimpleNamespace(data=f"{tmp_path}:", **options))
