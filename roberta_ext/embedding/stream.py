@@ -424,7 +424,7 @@ def _embed_locked(
     _clean_after_kills(target)
     parts_folder = parts_path(target)
     if (target.exists() or receipt_path(target).exists()) and not parts_folder.exists() and not force:
-        raise EmbedError(f"{target} exists; refusing to overwrite it (use --force)")
+        raise EmbedError(f"refusing to overwrite {target} (use --force)")
     if spec.reads_stdin:
         with _saved_stdin(spec, target) as saved:
             return _embed_rows(embedder, saved, target, options, shard=shard, progress=progress)
@@ -578,7 +578,7 @@ def merge_shards(shards: Sequence[Path], output: Path, *, force: bool = False, w
 
 def _merge_locked(shards: Sequence[Path], output: Path, *, force: bool) -> dict[str, Any]:
     if (output.exists() or receipt_path(output).exists()) and not force:
-        raise EmbedError(f"{output}: exists; refusing to overwrite it (use --force)")
+        raise EmbedError(f"refusing to overwrite {output} (use --force)")
     if not shards:
         raise EmbedError("no shard files to merge")
     receipts = [_read_receipt(path) for path in shards]

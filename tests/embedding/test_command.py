@@ -465,7 +465,7 @@ def test_wait_waits_for_the_other_run_then_resumes_or_refuses(tmp_path, model_di
     # The other run finished the output: --wait then finds it, and refuses it without --overwrite.
     with held_until(out, 0.3):
         assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--wait") == 1
-    assert f"{out} exists; refusing to overwrite it (use --force)" in capsys.readouterr().err
+    assert f"refusing to overwrite {out} (use --force)" in capsys.readouterr().err
     with held_until(out, 0.3):
         assert run(model_dir, "--input", source, "--output", out, *CHUNK, "--wait", "--overwrite") == 0
     assert not lock_path(out).exists()

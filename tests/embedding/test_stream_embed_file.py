@@ -308,7 +308,7 @@ def test_a_finished_output_is_replaced_only_with_force(tmp_path):
     embed_file(StandIn(), spec, out, options())
     called = []
     message = refusal(embed_file, lambda: called.append(1), spec, out, options())
-    assert message == f"{out} exists; refusing to overwrite it (use --force)"
+    assert message == f"refusing to overwrite {out} (use --force)"
     out.unlink()  # the receipt alone counts as finished too
     assert refusal(embed_file, lambda: called.append(1), spec, out, options()) == message
     assert called == []
@@ -624,9 +624,9 @@ def test_merge_refuses_to_overwrite_without_force(tmp_path):
     out = tmp_path / "emb.npy"
     files = sharded(text_file(tmp_path), 2, out)
     merge_shards(files, out)
-    assert refusal(merge_shards, files, out) == f"{out}: exists; refusing to overwrite it (use --force)"
+    assert refusal(merge_shards, files, out) == f"refusing to overwrite {out} (use --force)"
     out.unlink()
-    assert refusal(merge_shards, files, out) == f"{out}: exists; refusing to overwrite it (use --force)"
+    assert refusal(merge_shards, files, out) == f"refusing to overwrite {out} (use --force)"
     merge_shards(files, out, force=True)
     assert np.array_equal(np.load(out), expected(TEXTS))
     with output_lock(out), pytest.raises(OutputBusy, match="^another run "):
