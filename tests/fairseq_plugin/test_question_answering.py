@@ -36,7 +36,7 @@ from roberta_ext.fairseq_plugin.question_answering import (
 )
 from roberta_ext.inference import qa
 from tests.bpe_fixtures import build_bpe_files
-from tests.fairseq_plugin.test_sentence_pairs import model_options
+from tests.fairseq_plugin.test_sentence_pairs import checkpoint_options, model_options, refuses_stale
 
 LOGGER = "roberta_ext.fairseq_plugin.question_answering"
 
@@ -182,6 +182,13 @@ def loaded(tmp_path: Path, family: str = "bert", split: str = "train", **options
     model = task.build_model(model_options(family)).eval()
     task.load_dataset(split)
     return task, model, task.dataset(split)
+
+
+def test_the_model_is_built_from_a_checkpoints_options_as_fairseq_builds_it(tmp_path):
+    task = qa_task(squad_dir(tmp_path), **OPTIONS)
+    model = task.build_model(checkpoint_options(), from_checkpoint=True)
+    assert sorted(model.token_heads) == ["qa"] and task.layout == qa.pair_layout(model.cfg)
+    refuses_stale(task)
 
 
 def test_the_windows_are_the_examples_cut_with_the_tasks_options(tmp_path, caplog):

@@ -19,6 +19,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError
 
 from tests.peers import require
 
@@ -359,6 +361,32 @@ def test_gpt2_whole_words_read_the_bpe_files_of_the_epochs_directory(tmp_path):
 def model_options(family: str) -> argparse.Namespace:
     """fairseq's parsed options of ``family``'s tiny preset under its ``<family>_ext_base`` architecture."""
     return argparse.Namespace(**vars(args_of(family)), arch=f"{family}_ext_base")
+
+
+STALE = "an_option_of_older_versions"
+
+
+def checkpoint_options(family: str = "bert") -> DictConfig:
+    """A checkpoint's model options as fairseq hands them to ``build_model`` (a ``DictConfig``), with
+    one the model no longer has (``STALE``): fairseq's loaders pass ``from_checkpoint=True`` to drop
+    it, and ``build_model`` refuses it otherwise."""
+    sizes = {"encoder_layers": 1, "encoder_embed_dim": 16, "encoder_ffn_embed_dim": 32, "encoder_attention_heads": 2}
+    segments = {"type_vocab_size": 2} if family == "bert" else {}
+    return OmegaConf.create(
+        {"_name": "roberta_ext", "family": family, **sizes, **segments, "max_positions": 64, STALE: 1}
+    )
+
+
+def refuses_stale(task: object) -> None:
+    with pytest.raises(ConfigKeyError, match=f"Key '{STALE}' not in '"):
+        task.build_model(checkpoint_options())  # type: ignore[attr-defined]
+
+
+def test_the_model_is_built_from_a_checkpoints_options_as_fairseq_builds_it(tmp_path):
+    task = set_up(data_dir(tmp_path), tokens_per_sample=16)
+    model = task.build_model(checkpoint_options(), from_checkpoint=True)
+    assert sorted(model.classification_heads) == ["next_sentence"] and model.cfg.type_vocab_size == 2
+    refuses_stale(task)
 
 
 @pytest.mark.parametrize(

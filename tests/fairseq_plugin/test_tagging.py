@@ -47,7 +47,7 @@ from roberta_ext.fairseq_plugin.tagging import (
 from tests.corpus.test_tagging import tagged_sentences, write_conll
 from tests.data.test_tagging import Rows, label_dictionary
 from tests.fairseq_plugin.test_models import dictionary
-from tests.fairseq_plugin.test_sentence_pairs import model_options
+from tests.fairseq_plugin.test_sentence_pairs import checkpoint_options, model_options, refuses_stale
 from tests.fairseq_plugin.tools import USER_DIR, log_records, run
 
 LOGGER = "roberta_ext.fairseq_plugin.tagging"
@@ -461,6 +461,13 @@ def test_the_model_gets_a_token_head_of_the_labels(tmp_path, head):
     model = task.build_model(model_options("bert"))
     assert sorted(model.token_heads) == [head or "tagger"] and model.token_heads[head or "tagger"].num_classes == 3
     assert not model.classification_heads
+
+
+def test_the_model_is_built_from_a_checkpoints_options_as_fairseq_builds_it(tmp_path):
+    task = tagging_task(tagging_dir(tmp_path), max_positions=64)
+    model = task.build_model(checkpoint_options(), from_checkpoint=True)
+    assert sorted(model.token_heads) == ["tagger"] and model.token_heads["tagger"].num_classes == 3
+    refuses_stale(task)
 
 
 def tagging_batch(tmp_path: Path, **options: object):
