@@ -7,8 +7,11 @@ every refusal. test_command.py runs the same through ``roberta-ext embed`` with 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -221,8 +224,9 @@ def test_input_identity(tmp_path):
 def test_a_missing_input_is_refused_before_anything(tmp_path):
     called = []
     spec = InputSpec(tmp_path / "absent.txt", "text")
+    out = tmp_path / "new" / "e.npy"  # not even the output's folder is made
     for path in (spec.path, tmp_path):
-        message = refusal(embed_file, lambda: called.append(1), InputSpec(path, "text"), tmp_path / "e.npy", options())
+        message = refusal(embed_file, lambda: called.append(1), InputSpec(path, "text"), out, options())
         assert message == f"{path}: input file not found (or not a file)"
         with pytest.raises(EmbedError, match="input file not found"):
             InputSpec(path, "text").reader()
@@ -348,7 +352,7 @@ def test_the_output_folder_is_made(tmp_path):
 def test_a_run_holds_the_lock_and_removes_what_a_killed_assembly_left(tmp_path):
     spec = text_file(tmp_path)
     out = tmp_path / "emb.npy"
-    stale = [tmp_path / ".emb.npy.0123abcd.tmp", tmp_path / ".emb.npy.json.89abcdef.tmp"]
+    stale = [tmp_path / f".emb.npy{kind}.0123abcd.tmp" for kind in ("", ".json", ".stdin")]  # .stdin: a saved stdin
     others = [tmp_path / ".other.npy.0123abcd.tmp"]
     for path in [*stale, *others]:
         path.write_bytes(b"half")
@@ -734,3 +738,73 @@ def test_merge_of_more_rows_than_a_block(tmp_path):
     files = sharded(spec, 3, out, chunk_rows=DEFAULT_CHUNK_ROWS)
     merge_shards(files, out)
     assert np.array_equal(np.load(out), expected(lines))
+
+
+# ----------------------------------------------------------------------------- standard input
+
+STDIN = InputSpec(Path("-"), "text")
+PIPED = "".join(f"{line}\n" for line in TEXTS).encode("utf-8")
+
+
+def pipe(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    """``data`` as this process's standard input."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def saved_copies(folder: Path) -> list[str]:
+    return [name for name in names(folder) if "stdin" in name]
+
+
+def test_standard_input_is_saved_beside_the_output_for_the_run(tmp_path, monkeypatch, capsys):
+    pipe(monkeypatch, PIPED)
+    out = tmp_path / "emb.npy"
+    seen = []
+
+    def make() -> StandIn:
+        seen.append(saved_copies(tmp_path))
+        return StandIn()
+
+    receipt = embed_file(make, STDIN, out, options(), progress=True)
+    assert np.array_equal(np.load(out), expected(TEXTS))
+    assert receipt["input"] == {
+        "path": "-",
+        "size": len(PIPED),
+        "sha256": hashlib.sha256(PIPED).hexdigest(),
+        "format": "text",
+        "fields": [],
+        "header": None,
+    }
+    assert json.loads(receipt_path(out).read_text("utf-8"))["input"] == receipt["input"]
+    assert len(seen) == 1 and len(seen[0]) == 1, seen  # while the model loads: the saved copy, hidden
+    assert re.fullmatch(r"\.emb\.npy\.stdin\.[0-9a-f]{8}\.tmp", seen[0][0]), seen
+    assert "embed: 100%" in capsys.readouterr().err
+    assert names(tmp_path) == ["emb.npy", "emb.npy.json"]  # the saved copy is gone
+
+
+def test_a_stopped_run_on_standard_input_resumes_on_the_same_text_only(tmp_path, monkeypatch):
+    out = tmp_path / "emb.npy"
+    pipe(monkeypatch, PIPED)
+    interrupted(tmp_path, STDIN, out, 2)
+    assert saved_copies(tmp_path) == []  # removed after a stop too
+    other = PIPED.replace(b"text 0", b"text X")  # the same size, another text
+    pipe(monkeypatch, other)
+    message = refusal(embed_file, StandIn(), STDIN, out, options())
+    was, now = hashlib.sha256(PIPED).hexdigest(), hashlib.sha256(other).hexdigest()
+    parts = parts_path(out)
+    assert message == (
+        f"{parts} holds the parts of a different run (input.sha256 was {was!r}, now {now!r}): run the same "
+        f"command to resume it, or delete {parts} to start over"
+    )
+    pipe(monkeypatch, PIPED)
+    embedder = StandIn()
+    embed_file(embedder, STDIN, out, options())
+    assert embedder.calls == [TEXTS[6:9], TEXTS[9:11]]
+    assert np.array_equal(np.load(out), expected(TEXTS))
+    assert names(tmp_path) == ["emb.npy", "emb.npy.json"]
+
+
+def test_a_bad_line_of_standard_input_is_stdins(tmp_path, monkeypatch):
+    pipe(monkeypatch, b"fine\n\xff\n")
+    message = refusal(embed_file, StandIn(), STDIN, tmp_path / "emb.npy", options())
+    assert message.startswith("<stdin>:2: not valid UTF-8 ")
+    assert names(tmp_path) == ["emb.npy.parts"]  # the saved copy is gone; the finished parts stay
