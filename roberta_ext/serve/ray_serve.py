@@ -55,10 +55,11 @@ REPLICA_HEADER = "x-replica"
 
 def _replica_id() -> str:
     from ray import serve
+    from ray.serve.exceptions import RayServeException
 
     try:
         return str(serve.get_replica_context().replica_id.unique_id)
-    except RuntimeError:  # not in a replica (the app built by hand): the process will do
+    except RayServeException:  # not in a replica (the app built by hand): the process will do
         return f"pid-{os.getpid()}"
 
 
