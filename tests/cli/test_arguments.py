@@ -35,6 +35,29 @@ def helps(parser: argparse.ArgumentParser) -> dict[str, str]:
     return {action.option_strings[0]: action.help for action in parser._actions if action.option_strings}
 
 
+def ran(main, argv: list, capsys) -> tuple[int, str, str]:
+    """A command's exit status, stdout and stderr, its ``main`` run in this process on ``argv`` (paths as text)."""
+    status = main([str(item) for item in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+MODEL_DEFAULTS = {
+    "checkpoint_file": "model.pt",
+    "data_name_or_path": ".",
+    "bpe": None,
+    "gpt2_encoder_json": None,
+    "gpt2_vocab_bpe": None,
+    "bpe_vocab_file": None,
+    "bpe_cased": False,
+    "sentencepiece_model": None,
+    "device": "auto",
+    "dtype": "float32",
+    "threads": None,
+}
+"""The model options every command that loads one parses (``MODEL_OPTIONS``), when none is given."""
+
+
 FILES_GIVEN = {
     "bpe": "gpt2",
     "gpt2_encoder_json": "e.json",

@@ -18,7 +18,7 @@ from roberta_ext.corpus.pool import DEFAULT_WORKERS
 from roberta_ext.corpus.reading import CorpusError
 from roberta_ext.corpus.tagging import TagStats
 from roberta_ext.corpus.tokenize import TokenizeStats
-from tests.cli.test_arguments import helps
+from tests.cli.test_arguments import helps, ran
 
 WRITER = object()
 """What the recorded ``TokenWriter`` gives: the writer the library functions must be handed."""
@@ -68,10 +68,9 @@ def library(monkeypatch) -> Library:
 
 def run(main, argv: list[str], capsys) -> tuple[int, str]:
     """A command's exit status and what it wrote on stderr (nothing on stdout)."""
-    status = main([str(item) for item in argv])
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    return status, captured.err
+    status, out, err = ran(main, argv, capsys)
+    assert out == ""
+    return status, err
 
 
 def usage_error(parser_of, main, argv: list[str], message: str, capsys) -> None:

@@ -17,7 +17,7 @@ from roberta_ext.cli import embed as command
 from roberta_ext.cli.arguments import MODEL_OPTIONS
 from roberta_ext.embedding.embedder import Embedder
 from roberta_ext.embedding.stream import InputSpec, Options, Shard
-from tests.cli.test_arguments import helps
+from tests.cli.test_arguments import MODEL_DEFAULTS, helps, ran
 from tests.test_hub import make_model_dir
 
 PROG = "roberta-ext embed"
@@ -85,9 +85,7 @@ def merged(monkeypatch) -> MergeRecorder:
 
 def run(argv: list, capsys) -> tuple[int, str, str]:
     """The command's exit status, stdout and stderr."""
-    status = command.main([str(item) for item in argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+    return ran(command.main, argv, capsys)
 
 
 def lines(path: Path, *texts: str) -> Path:
@@ -113,17 +111,7 @@ def test_the_options_and_their_defaults():
     args = vars(parser.parse_args(["m", "--input", "texts.txt", "--output", "emb.npy"]))
     assert args == {
         "model": "m",
-        "checkpoint_file": "model.pt",
-        "data_name_or_path": ".",
-        "bpe": None,
-        "gpt2_encoder_json": None,
-        "gpt2_vocab_bpe": None,
-        "bpe_vocab_file": None,
-        "bpe_cased": False,
-        "sentencepiece_model": None,
-        "device": "auto",
-        "dtype": "float32",
-        "threads": None,
+        **MODEL_DEFAULTS,
         "input": Path("texts.txt"),
         "format": None,
         "field": [],

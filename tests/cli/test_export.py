@@ -12,7 +12,7 @@ import pytest
 
 from roberta_ext.cli import export as command
 from roberta_ext.export import ExportCheckError
-from tests.cli.test_arguments import helps
+from tests.cli.test_arguments import MODEL_DEFAULTS, helps, ran
 from tests.test_hub import make_model_dir
 
 PROG = "roberta-ext export"
@@ -43,11 +43,10 @@ def written(monkeypatch) -> list[tuple[str, Path, dict]]:
 
 
 def run(argv: list[str], capsys) -> tuple[int, str]:
-    """The command's exit status and what it wrote on stderr."""
-    status = command.main([str(item) for item in argv])
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    return status, captured.err
+    """The command's exit status and what it wrote on stderr (nothing on stdout)."""
+    status, out, err = ran(command.main, argv, capsys)
+    assert out == ""
+    return status, err
 
 
 def test_the_options_and_their_defaults():
@@ -56,17 +55,8 @@ def test_the_options_and_their_defaults():
     args = vars(parser.parse_args(["m", "--output", "model.onnx"]))
     assert args == {
         "model": "m",
-        "checkpoint_file": "model.pt",
-        "data_name_or_path": ".",
-        "bpe": None,
-        "gpt2_encoder_json": None,
-        "gpt2_vocab_bpe": None,
-        "bpe_vocab_file": None,
-        "bpe_cased": False,
-        "sentencepiece_model": None,
+        **MODEL_DEFAULTS,
         "device": "cpu",  # docs/export.md: "here: cpu by default"
-        "dtype": "float32",
-        "threads": None,
         "format": None,
         "output": Path("model.onnx"),
         "head": None,

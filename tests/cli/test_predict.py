@@ -16,7 +16,7 @@ from roberta_ext.cli.arguments import MODEL_FILES, MODEL_OPTIONS
 from roberta_ext.corpus.glue import TASKS
 from roberta_ext.corpus.rows import Columns
 from roberta_ext.inference.predict import PredictStats
-from tests.cli.test_arguments import helps
+from tests.cli.test_arguments import MODEL_DEFAULTS, helps, ran
 from tests.test_hub import make_model_dir
 
 PROG = "roberta-ext predict"
@@ -57,9 +57,7 @@ def recorder(monkeypatch) -> Recorder:
 
 def run(argv: list, capsys) -> tuple[int, str, str]:
     """The command's exit status, stdout and stderr."""
-    status = command.main([str(item) for item in argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+    return ran(command.main, argv, capsys)
 
 
 def tsv(path: Path, *lines: str) -> Path:
@@ -73,17 +71,7 @@ def test_the_options_and_their_defaults():
     args = vars(parser.parse_args(["m", "--input", "dev.tsv", "--output", "out.tsv"]))
     assert args == {
         "model": "m",
-        "checkpoint_file": "model.pt",
-        "data_name_or_path": ".",
-        "bpe": None,
-        "gpt2_encoder_json": None,
-        "gpt2_vocab_bpe": None,
-        "bpe_vocab_file": None,
-        "bpe_cased": False,
-        "sentencepiece_model": None,
-        "device": "auto",
-        "dtype": "float32",
-        "threads": None,
+        **MODEL_DEFAULTS,
         "head": None,
         "input": "dev.tsv",
         "format": None,

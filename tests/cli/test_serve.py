@@ -18,7 +18,7 @@ import uvicorn
 import roberta_ext.serve
 from roberta_ext.cli import serve as command
 from roberta_ext.serve import ServeOptions
-from tests.cli.test_arguments import helps
+from tests.cli.test_arguments import MODEL_DEFAULTS, helps, ran
 from tests.test_hub import make_model_dir
 
 PROG = "roberta-ext serve"
@@ -60,11 +60,10 @@ def workers_run(monkeypatch) -> list[tuple[tuple, dict]]:
 
 
 def run(argv: list, capsys) -> tuple[int, str]:
-    """The command's exit status and what it wrote on stderr."""
-    status = command.main([str(item) for item in argv])
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    return status, captured.err
+    """The command's exit status and what it wrote on stderr (nothing on stdout)."""
+    status, out, err = ran(command.main, argv, capsys)
+    assert out == ""
+    return status, err
 
 
 def test_the_options_and_their_defaults():
@@ -74,17 +73,7 @@ def test_the_options_and_their_defaults():
     assert parser.prog == PROG
     assert vars(parser.parse_args(["m"])) == {
         "model": "m",
-        "checkpoint_file": "model.pt",
-        "data_name_or_path": ".",
-        "bpe": None,
-        "gpt2_encoder_json": None,
-        "gpt2_vocab_bpe": None,
-        "bpe_vocab_file": None,
-        "bpe_cased": False,
-        "sentencepiece_model": None,
-        "device": "auto",
-        "dtype": "float32",
-        "threads": None,
+        **MODEL_DEFAULTS,
         "progress": None,
         "host": "127.0.0.1",
         "port": 8080,
