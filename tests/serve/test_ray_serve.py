@@ -100,52 +100,6 @@ def embed(base_url: str, inputs: list[str]) -> httpx.Response:
     return httpx.post(f"{base_url}/embed", json={"inputs": inputs}, timeout=60)
 
 
-class TestOnALocalCluster:
-    """The deployment on its local cluster, shut down (the class's fixture) before the tests without one run."""
-
-    def test_two_replicas_answer_the_exact_rows(self, base_url, hub):
-        batches = [TEXTS[i : i + 3] for i in range(0, len(TEXTS), 3)] * 3
-        with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda inputs: embed(base_url, inputs), batches))
-        assert [a.status_code for a in answers] == [200] * len(batches)
-        for inputs, answer in zip(batches, answers):
-            np.testing.assert_allclose(
-                np.array(answer.json(), dtype=np.float32), hub.embed(inputs, normalize=True).numpy(), atol=1e-6, rtol=0
-            )
-        replicas = {answer.headers[REPLICA_HEADER] for answer in answers}
-        assert len(replicas) == 2, f"every answer came from {replicas}"
-        status = serve.status().applications[APP_NAME]
-        assert status.status == "RUNNING"
-        assert status.deployments[DEPLOYMENT_NAME].replica_states == {"RUNNING": 2}
-
-    def test_the_apps_routes_and_errors_are_served_as_they_are(self, base_url, hub):
-        info = httpx.get(f"{base_url}/info", timeout=30)
-        assert info.status_code == 200 and info.json()["max_batch_tokens"] == 2048  # the options given
-        health = httpx.get(f"{base_url}/health", timeout=30)
-        assert health.status_code == 200 and health.json()["status"] == "ok"
-        bad = httpx.post(f"{base_url}/embed", json={"inputs": 3}, timeout=30)
-        assert bad.status_code == 422 and bad.json()["field"] == "inputs"
-        tokens = httpx.post(f"{base_url}/tokenize", json={"inputs": "Hello world!"}, timeout=30)
-        assert tokens.status_code == 200 and [t["id"] for t in tokens.json()[0]] == hub.encode("Hello world!").tolist()
-
-    def test_deleting_the_application_answers_every_accepted_request_first(self, base_url, hub, delay_file):
-        delay_file.write_text("1.5")  # each forward pass now takes 1.5 s: the requests below are in flight
-        inputs = [[text] for text in TEXTS[:4]]
-        with ThreadPoolExecutor(len(inputs)) as pool:
-            pending = [pool.submit(embed, base_url, one) for one in inputs]
-            time.sleep(0.7)
-            deleted = threading.Thread(target=serve.delete, args=(APP_NAME,))
-            deleted.start()
-            answers = [future.result(timeout=60) for future in pending]
-            deleted.join(60)
-        delay_file.write_text("0")
-        assert [a.status_code for a in answers] == [200] * len(inputs), [a.text for a in answers]
-        for one, answer in zip(inputs, answers):
-            np.testing.assert_allclose(np.array(answer.json()), hub.embed(one, normalize=True).numpy(), atol=1e-6)
-        assert APP_NAME not in serve.status().applications
-        assert embed(base_url, ["after"]).status_code == 404  # the proxy has no application left
-
-
 # ------------------------------------------------- without a cluster: what mutmut can judge
 
 
@@ -450,3 +404,52 @@ def test_serve_on_ray_serves_until_a_signal_then_shuts_down_and_puts_the_handler
         sender.join(30)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+# ------------------------------------------------- on a local cluster, after the tests without one
+
+
+class TestOnALocalCluster:
+    """The deployment on its local cluster, shut down (the class's fixture) before the tests without one run."""
+
+    def test_two_replicas_answer_the_exact_rows(self, base_url, hub):
+        batches = [TEXTS[i : i + 3] for i in range(0, len(TEXTS), 3)] * 3
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda inputs: embed(base_url, inputs), batches))
+        assert [a.status_code for a in answers] == [200] * len(batches)
+        for inputs, answer in zip(batches, answers):
+            np.testing.assert_allclose(
+                np.array(answer.json(), dtype=np.float32), hub.embed(inputs, normalize=True).numpy(), atol=1e-6, rtol=0
+            )
+        replicas = {answer.headers[REPLICA_HEADER] for answer in answers}
+        assert len(replicas) == 2, f"every answer came from {replicas}"
+        status = serve.status().applications[APP_NAME]
+        assert status.status == "RUNNING"
+        assert status.deployments[DEPLOYMENT_NAME].replica_states == {"RUNNING": 2}
+
+    def test_the_apps_routes_and_errors_are_served_as_they_are(self, base_url, hub):
+        info = httpx.get(f"{base_url}/info", timeout=30)
+        assert info.status_code == 200 and info.json()["max_batch_tokens"] == 2048  # the options given
+        health = httpx.get(f"{base_url}/health", timeout=30)
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        bad = httpx.post(f"{base_url}/embed", json={"inputs": 3}, timeout=30)
+        assert bad.status_code == 422 and bad.json()["field"] == "inputs"
+        tokens = httpx.post(f"{base_url}/tokenize", json={"inputs": "Hello world!"}, timeout=30)
+        assert tokens.status_code == 200 and [t["id"] for t in tokens.json()[0]] == hub.encode("Hello world!").tolist()
+
+    def test_deleting_the_application_answers_every_accepted_request_first(self, base_url, hub, delay_file):
+        delay_file.write_text("1.5")  # each forward pass now takes 1.5 s: the requests below are in flight
+        inputs = [[text] for text in TEXTS[:4]]
+        with ThreadPoolExecutor(len(inputs)) as pool:
+            pending = [pool.submit(embed, base_url, one) for one in inputs]
+            time.sleep(0.7)
+            deleted = threading.Thread(target=serve.delete, args=(APP_NAME,))
+            deleted.start()
+            answers = [future.result(timeout=60) for future in pending]
+            deleted.join(60)
+        delay_file.write_text("0")
+        assert [a.status_code for a in answers] == [200] * len(inputs), [a.text for a in answers]
+        for one, answer in zip(inputs, answers):
+            np.testing.assert_allclose(np.array(answer.json()), hub.embed(one, normalize=True).numpy(), atol=1e-6)
+        assert APP_NAME not in serve.status().applications
+        assert embed(base_url, ["after"]).status_code == 404  # the proxy has no application left
