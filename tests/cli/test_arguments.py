@@ -43,14 +43,7 @@ def ran(main, argv: list, capsys) -> tuple[int, str, str]:
 
 
 MODEL_DEFAULTS = {
-    "checkpoint_file": "model.pt",
-    "data_name_or_path": ".",
-    "bpe": None,
-    "gpt2_encoder_json": None,
-    "gpt2_vocab_bpe": None,
-    "bpe_vocab_file": None,
-    "bpe_cased": False,
-    "sentencepiece_model": None,
+    **MODEL_FILES,
     "device": "auto",
     "dtype": "float32",
     "threads": None,
