@@ -89,11 +89,13 @@ class OrderedRunner:
             return
         # After a failure or an interrupt nothing the workers do is wanted: stop them now instead
         # of waiting for running chunks. Waiting could also hang for good when Ctrl-C landed in
-        # the middle of submit() and left the executor's bookkeeping half-updated.
+        # the middle of submit() and left the executor's bookkeeping half-updated. SIGKILL, not
+        # SIGTERM: a worker forked just before cannot lose it (Python drops the signals that reach
+        # a child before its fork() returns, and the child would then wait for work for good).
         processes = list((getattr(self._executor, "_processes", None) or {}).values())
         self._executor.shutdown(wait=False, cancel_futures=True)
         for process in processes:
-            process.terminate()
+            process.kill()
         for process in processes:
             process.join(timeout=10)
 
