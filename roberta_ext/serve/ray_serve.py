@@ -176,7 +176,10 @@ def serve_on_ray(
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        stop.wait()
+        # A timed wait: Python runs signal handlers in this thread, and a signal the kernel hands to
+        # another of the process's threads (Ray's, say) would never wake an untimed one.
+        while not stop.wait(0.25):
+            pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -379,15 +379,21 @@ def test_serve_on_ray_serves_until_a_signal_then_shuts_down_and_puts_the_handler
     previous = {s: signal.signal(s, before) for s in (signal.SIGTERM, signal.SIGINT)}
     served = threading.Event()
     calls_when_signalled: list[str] = []
+    unheard: list[int] = []
 
     def send_signal_once_serving() -> None:
-        """The signal, once serve_on_ray's handlers are in place (none if it returns or fails first)."""
+        """The signal, once serve_on_ray's handlers are in place (none if it returns or fails first),
+        taken by this thread, not the main one: the kernel hands a signal sent to the process to any
+        of its threads. If serving goes on, the main thread's own after 10 s (the test fails, not hangs)."""
         deadline = time.monotonic() + 60
         while signal.getsignal(sig) is before and not served.wait(0.005) and time.monotonic() < deadline:
             pass
         if signal.getsignal(sig) is not before and not served.is_set():
             calls_when_signalled.extend(name for name, _, _ in recorder.calls)
-            os.kill(os.getpid(), sig)
+            signal.pthread_kill(threading.get_ident(), sig)
+            if not served.wait(10):
+                unheard.append(sig)
+                signal.pthread_kill(threading.main_thread().ident, sig)
 
     sender = threading.Thread(target=send_signal_once_serving)
     sender.start()
@@ -396,6 +402,7 @@ def test_serve_on_ray_serves_until_a_signal_then_shuts_down_and_puts_the_handler
         served.set()
         sender.join(30)
         assert calls_when_signalled == ["start", "run"]  # serving, not shut down yet
+        assert unheard == []  # a signal taken by another thread than the main one stops it too
         assert [name for name, _, _ in recorder.calls] == ["start", "run", "shutdown"]
         assert caught == []  # the signal was serve_on_ray's
         assert signal.getsignal(signal.SIGTERM) is before and signal.getsignal(signal.SIGINT) is before
