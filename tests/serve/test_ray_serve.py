@@ -388,6 +388,7 @@ def test_serve_on_ray_serves_until_a_signal_then_shuts_down_and_puts_the_handler
         deadline = time.monotonic() + 60
         while signal.getsignal(sig) is before and not served.wait(0.005) and time.monotonic() < deadline:
             pass
+        served.wait(0.5)  # longer than serve_on_ray's wait between looks at its signals: still serving?
         if signal.getsignal(sig) is not before and not served.is_set():
             calls_when_signalled.extend(name for name, _, _ in recorder.calls)
             signal.pthread_kill(threading.get_ident(), sig)
