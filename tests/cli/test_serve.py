@@ -7,6 +7,7 @@ The model is a 1-layer RoBERTa."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -286,6 +287,12 @@ def test_every_option_reaches_the_server(model_dir, capsys, served, threads_aske
         log_level="warning",
         access_log=True,
     )
+    unchanged = [
+        field.name
+        for field in dataclasses.fields(ServeOptions)
+        if getattr(options, field.name) == getattr(ServeOptions(), field.name)
+    ]
+    assert unchanged == [], "a server option without a flag (or the flag's value equals its default here)"
     assert threads_asked == [1, None]  # set for the run, then given back
 
 

@@ -3,7 +3,6 @@ answer every request it accepted and exit 0, and ``--workers`` runs replicas on 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -17,45 +16,11 @@ import pytest
 import torch
 
 import roberta_ext
-from roberta_ext.cli.serve import build_parser, serve_options
-from roberta_ext.serve import ServeOptions
 from tests.conftest import REPO
 from tests.serve.conftest import free_port
 from tests.test_hub import make_model_dir
 
 LONG = "word " * 240  # 243 tokens
-
-
-def test_every_server_option_has_a_flag():
-    args = build_parser().parse_args(
-        ["my-model", "--host", "0.0.0.0", "--port", "9000", "--max-batch-tokens", "1024", "--max-batch-requests", "8"]
-        + ["--max-concurrent-requests", "64", "--max-client-batch-size", "4", "--auto-truncate", "--timeout", "2.5"]
-        + ["--payload-limit", "1000", "--threads", "1", "--retry-after", "7", "--graceful-shutdown", "9"]
-        + ["--log-level", "warning", "--access-log"]
-    )
-    options = serve_options(args)
-    assert options == ServeOptions(
-        host="0.0.0.0",
-        port=9000,
-        model_id="my-model",
-        max_batch_tokens=1024,
-        max_batch_requests=8,
-        max_concurrent_requests=64,
-        max_client_batch_size=4,
-        auto_truncate=True,
-        payload_limit=1000,
-        timeout_s=2.5,
-        threads=1,
-        retry_after_s=7,
-        graceful_shutdown_s=9,
-        log_level="warning",
-        access_log=True,
-    )
-    changed = {field.name for field in dataclasses.fields(ServeOptions)} - {
-        name for name, value in dataclasses.asdict(options).items() if value == getattr(ServeOptions(), name)
-    }
-    assert changed == {field.name for field in dataclasses.fields(ServeOptions)}, "an option without a flag"
-    assert serve_options(build_parser().parse_args(["m"])) == ServeOptions(model_id="m")
 
 
 @pytest.fixture(scope="module")
