@@ -6,12 +6,14 @@ destination as it was — absent, or with its old contents — and no temporary 
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
+from roberta_ext import atomic
 from roberta_ext.atomic import AtomicFiles, atomic_directory, atomic_write, write_bytes_atomic, write_text_atomic
 
 
@@ -230,3 +232,140 @@ def test_atomic_directory_overwrite_failure_keeps_the_old_folder(tmp_path):
             (staging / "new.txt").write_text("new")
             raise KeyboardInterrupt
     assert names(tmp_path) == ["out"] and (target / "old.txt").read_text() == "old"
+
+
+# ------------------------------------------------------------------------- temporaries, sync, errors
+
+
+def test_temporaries_are_told_from_other_files():
+    destination = Path("out.npy")
+    assert atomic._temporary_name(Path("/data/out.npy")).parent == Path("/data")
+    for _ in range(20):
+        name = atomic._temporary_name(destination).name
+        assert len(name) == len(".out.npy.") + 8 + len(".tmp") and atomic.is_temporary_of(name, destination)
+    assert atomic.is_temporary_of(".out.npy.0f3a9c1e.tmp", destination)
+    for name in [
+        ".out.npy.json.0f3a9c1e.tmp",  # out.npy.json's
+        "out.npy.0f3a9c1e.tmp",  # not hidden
+        ".out.npy.0f3a9c1e.tmp2",
+        ".out.npy.0f3a9c1e",
+        ".out.npy.0f3a9c1.tmp",  # 7 hex digits
+        ".out.npy.0f3a9c1e0.tmp",  # 9
+        ".out.npy.0F3A9C1E.tmp",  # token_hex writes lower case
+        ".out.npy.0f3a9c1g.tmp",
+        ".out.npy.0f3a9cXX.tmp",
+        ".other.0f3a9c1e.tmp",
+    ]:
+        assert not atomic.is_temporary_of(name, destination), name
+
+
+def test_temporaries_are_created_exclusively_and_not_inherited(tmp_path):
+    destination = tmp_path / "out.txt"
+    fd, temporary = atomic._create_temporary_file(destination)
+    try:
+        assert not os.get_inheritable(fd) and temporary.parent == tmp_path and temporary.read_bytes() == b""
+        with pytest.raises(FileExistsError):  # O_EXCL: the same name again is refused, not truncated
+            os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_a_taken_temporary_name_is_skipped_and_a_hundred_are_given_up(tmp_path, monkeypatch, kind):
+    create = atomic._create_temporary_file if kind == "file" else atomic._create_temporary_directory
+    destination = tmp_path / "out"
+    (tmp_path / ".out.00000000.tmp").write_text("another's")
+    tokens = iter(["00000000", "00000001"])
+    monkeypatch.setattr(atomic.secrets, "token_hex", lambda nbytes: next(tokens))
+    made = create(destination)
+    if kind == "file":
+        os.close(made[0])
+        made = made[1]
+    assert made.name == ".out.00000001.tmp" and (tmp_path / ".out.00000000.tmp").read_text() == "another's"
+    asked: list[int] = []
+    monkeypatch.setattr(atomic.secrets, "token_hex", lambda nbytes: asked.append(nbytes) or "00000000")
+    with pytest.raises(FileExistsError) as refused:
+        create(destination)
+    assert len(asked) == 100 and set(asked) == {4}
+    assert (refused.value.errno, refused.value.strerror, refused.value.filename) == (
+        errno.EEXIST,
+        "no free temporary name",
+        str(destination),
+    )
+
+
+def test_files_are_synced_before_their_rename_and_folders_after(tmp_path, monkeypatch):
+    events: list[tuple[str, str]] = []
+    opened: list[int] = []
+    real_open, real_replace = os.open, os.replace
+
+    def recording_open(path, flags, *args):
+        opened.append(flags)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    monkeypatch.setattr(os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))))
+    monkeypatch.setattr(os, "replace", lambda a, b: events.append(("rename", str(b))) or real_replace(a, b))
+    write_text_atomic(tmp_path / "a.txt", "a")
+    temporary_synced, renamed, folder_synced = events
+    assert temporary_synced[0] == "fsync" and atomic.is_temporary_of(Path(temporary_synced[1]).name, Path("a.txt"))
+    assert renamed == ("rename", str(tmp_path / "a.txt")) and folder_synced == ("fsync", str(tmp_path))
+    assert opened and all(flags & os.O_CLOEXEC for flags in opened)  # not inherited by a child forked meanwhile
+
+    events.clear()
+    (tmp_path / "elsewhere.txt").write_text("x")
+    with atomic_directory(tmp_path / "model") as staging:
+        (staging / "sub").mkdir()
+        (staging / "sub" / "weights.bin").write_bytes(b"w")
+        (staging / "config.json").write_text("{}")
+        (staging / "link.txt").symlink_to(tmp_path / "elsewhere.txt")
+    synced = set()
+    for kind, path in events:
+        parts = Path(path).relative_to(tmp_path).parts
+        if kind == "fsync":  # inside the staging folder: its parts below it; else "outside" and the parts
+            staged = parts and atomic.is_temporary_of(parts[0], Path("model"))
+            synced.add(parts[1:] if staged else ("outside", *parts))
+    assert synced == {("sub", "weights.bin"), ("config.json",), ("sub",), (), ("outside",)}  # not the symlink's file
+
+
+def test_a_folder_that_cannot_be_opened_is_not_synced_and_that_is_no_error(tmp_path, monkeypatch):
+    real_open = os.open
+
+    def no_folders(path, flags, *args):
+        if Path(path).is_dir():
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_folders)
+    write_text_atomic(tmp_path / "a.txt", "a")
+    assert (tmp_path / "a.txt").read_text() == "a"
+
+
+def test_a_temporary_that_cannot_be_created_is_one_error_naming_the_destination(tmp_path, monkeypatch):
+    def refuse(destination):
+        raise PermissionError(errno.EACCES, "Permission denied", "the temporary's name")
+
+    monkeypatch.setattr(atomic, "_create_temporary_file", refuse)
+    with AtomicFiles() as files, pytest.raises(OSError) as refused:
+        files.temporary(tmp_path / "out.txt")
+    assert (refused.value.errno, refused.value.strerror, refused.value.filename) == (
+        errno.EACCES,
+        "cannot write output (Permission denied)",
+        str(tmp_path / "out.txt"),
+    )
+    with AtomicFiles() as files, pytest.raises(FileNotFoundError) as missing:
+        files.temporary(tmp_path / "missing" / "out.txt")
+    assert (missing.value.errno, missing.value.strerror, missing.value.filename) == (
+        errno.ENOENT,
+        "output directory does not exist",
+        str(tmp_path / "missing"),
+    )
+
+
+def test_temporaries_already_gone_are_no_error(tmp_path):
+    with pytest.raises(Boom), AtomicFiles() as files:
+        files.temporary(tmp_path / "out.txt").unlink()  # moved away by the writer, say
+        raise Boom
+    assert names(tmp_path) == []
+    atomic._remove(tmp_path / "missing")
+    atomic._remove(tmp_path / "missing-folder" / "x")
