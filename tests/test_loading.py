@@ -11,6 +11,7 @@ import shutil
 import tarfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -478,19 +479,26 @@ def _sentencepiece_model() -> bytes:
     return model.getvalue()
 
 
-def test_a_checkpoint_without_a_family_beside_xlmrs_tokenizer_is_xlmr(tmp_path):
-    """fairseq's XLM-R checkpoints are RoBERTa checkpoints that name no family; ours name theirs."""
+def _sentencepiece_files(model_file: Path, dict_txt: Path) -> tuple[Dictionary, Any]:
+    """XLM-R's pair of files: the SentencePiece model written to ``model_file`` and, at ``dict_txt``, the dictionary
+    of the pieces it cuts CORPUS into. Returns that dictionary and the model, loaded."""
     import sentencepiece as spm
 
-    folder = tmp_path / "xlmr"
-    folder.mkdir()
-    (folder / "sentencepiece.bpe.model").write_bytes(_sentencepiece_model())
-    pieces = spm.SentencePieceProcessor(model_file=str(folder / "sentencepiece.bpe.model"))
+    model_file.write_bytes(_sentencepiece_model())
+    pieces = spm.SentencePieceProcessor(model_file=str(model_file))
     dictionary = Dictionary()
     for line in CORPUS:
         for piece in pieces.encode(line, out_type=str):
             dictionary.add_symbol(piece)
-    dictionary.save(folder / "dict.txt")
+    dictionary.save(dict_txt)
+    return dictionary, pieces
+
+
+def test_a_checkpoint_without_a_family_beside_xlmrs_tokenizer_is_xlmr(tmp_path):
+    """fairseq's XLM-R checkpoints are RoBERTa checkpoints that name no family; ours name theirs."""
+    folder = tmp_path / "xlmr"
+    folder.mkdir()
+    dictionary, pieces = _sentencepiece_files(folder / "sentencepiece.bpe.model", folder / "dict.txt")
     torch.manual_seed(0)
     save_roberta_checkpoint(RobertaModel(preset("tiny", vocab_size=len(dictionary) + 1)), folder / "model.pt")
     assert roberta_ext.from_pretrained(str(folder)).model.cfg.family == "roberta"
@@ -546,15 +554,7 @@ def test_a_transformers_folder_naming_the_generic_fast_tokenizer_is_read_by_the_
 def test_the_sentencepiece_model_a_checkpoint_was_trained_with_is_used(tmp_path):
     folder = tmp_path / "xlmr"
     folder.mkdir()
-    (tmp_path / "sentencepiece.bpe.model").write_bytes(_sentencepiece_model())
-    import sentencepiece as spm
-
-    pieces = spm.SentencePieceProcessor(model_file=str(tmp_path / "sentencepiece.bpe.model"))
-    dictionary = Dictionary()
-    for line in CORPUS:
-        for piece in pieces.encode(line, out_type=str):
-            dictionary.add_symbol(piece)
-    dictionary.save(folder / "dict.txt")
+    dictionary, pieces = _sentencepiece_files(tmp_path / "sentencepiece.bpe.model", folder / "dict.txt")
     save_roberta_checkpoint(RobertaModel(preset("tiny", vocab_size=len(dictionary) + 1)), folder / "model.pt")
     trained_with(
         folder / "model.pt",

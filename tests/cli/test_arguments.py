@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import io
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,6 +41,12 @@ def ran(main, argv: list, capsys) -> tuple[int, str, str]:
     status = main([str(item) for item in argv])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def write_lines(path: Path, *lines: str) -> Path:
+    """``path`` holding ``lines``, each ended by a newline (UTF-8); returns ``path``."""
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
 
 
 MODEL_DEFAULTS = {

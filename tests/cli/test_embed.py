@@ -17,7 +17,7 @@ from roberta_ext.cli import embed as command
 from roberta_ext.cli.arguments import MODEL_OPTIONS
 from roberta_ext.embedding.embedder import Embedder
 from roberta_ext.embedding.stream import InputSpec, Options, Shard
-from tests.cli.test_arguments import MODEL_DEFAULTS, helps, ran
+from tests.cli.test_arguments import MODEL_DEFAULTS, helps, ran, write_lines
 from tests.test_hub import make_model_dir
 
 PROG = "roberta-ext embed"
@@ -86,11 +86,6 @@ def merged(monkeypatch) -> MergeRecorder:
 def run(argv: list, capsys) -> tuple[int, str, str]:
     """The command's exit status, stdout and stderr."""
     return ran(command.main, argv, capsys)
-
-
-def lines(path: Path, *texts: str) -> Path:
-    path.write_text("".join(f"{text}\n" for text in texts), encoding="utf-8")
-    return path
 
 
 def options(model: str, **given) -> Options:
@@ -497,7 +492,7 @@ def test_the_embedder_is_made_with_the_options_given(model_dir, tmp_path, capsys
 
 def test_an_option_the_model_cannot_take_is_one_line_naming_the_model(model_dir, tmp_path, capsys, monkeypatch):
     """``embed_file`` runs for real here up to the model: the errors come from making the embedder."""
-    texts = lines(tmp_path / "t.txt", "a")
+    texts = write_lines(tmp_path / "t.txt", "a")
     out = tmp_path / "o.npy"
     argv = [model_dir, "--input", texts, "--output", out, "--device", "cpu"]
     assert run([*argv, "--prompt-name", "query"], capsys) == (
@@ -614,7 +609,7 @@ def test_merge_takes_the_shards_given_or_finds_them_beside_the_output(tmp_path, 
 
 def test_a_real_sharded_run_and_its_merge_give_the_hub_s_embeddings(model_dir, tmp_path, capsys):
     texts = ["Hello world!", "It is a test.", "Hi"]
-    source = lines(tmp_path / "texts.txt", *texts)
+    source = write_lines(tmp_path / "texts.txt", *texts)
     out = tmp_path / "emb.npy"
     for shard in ("0/2", "1/2"):
         status, stdout, err = run([model_dir, "--input", source, "--output", out, "--shard", shard], capsys)

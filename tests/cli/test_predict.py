@@ -16,7 +16,7 @@ from roberta_ext.cli.arguments import MODEL_FILES, MODEL_OPTIONS
 from roberta_ext.corpus.glue import TASKS
 from roberta_ext.corpus.rows import Columns
 from roberta_ext.inference.predict import PredictStats
-from tests.cli.test_arguments import MODEL_DEFAULTS, helps, ran
+from tests.cli.test_arguments import MODEL_DEFAULTS, helps, ran, write_lines
 from tests.test_hub import make_model_dir
 
 PROG = "roberta-ext predict"
@@ -58,11 +58,6 @@ def recorder(monkeypatch) -> Recorder:
 def run(argv: list, capsys) -> tuple[int, str, str]:
     """The command's exit status, stdout and stderr."""
     return ran(command.main, argv, capsys)
-
-
-def tsv(path: Path, *lines: str) -> Path:
-    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    return path
 
 
 def test_the_options_and_their_defaults():
@@ -225,7 +220,7 @@ def test_usage_errors_exit_2_with_argparse_s_line(argv, message, capsys, recorde
 
 def test_what_cannot_be_read_is_refused_in_one_line_before_the_model_loads(tmp_path, capsys, recorder):
     missing = tmp_path / "no-such-model"  # never read: each refusal comes first
-    dev = tsv(tmp_path / "dev.tsv", "a\tb")
+    dev = write_lines(tmp_path / "dev.tsv", "a\tb")
     jsonl = tmp_path / "dev.jsonl"
     jsonl.write_text('{"text": "a"}\n', encoding="utf-8")
     refusals = [
@@ -265,7 +260,7 @@ def test_what_cannot_be_read_is_refused_in_one_line_before_the_model_loads(tmp_p
 
 
 def test_existing_outputs_are_replaced_only_with_force(model_dir, tmp_path, capsys, recorder):
-    dev = tsv(tmp_path / "dev.tsv", "a")
+    dev = write_lines(tmp_path / "dev.tsv", "a")
     output, metrics = tmp_path / "out.tsv", tmp_path / "metrics.json"
     common = [model_dir, "--input", dev, "--columns", "0", "--output", output, "--metrics-file", metrics]
     output.write_text("mine")
@@ -295,7 +290,7 @@ def test_existing_outputs_are_replaced_only_with_force(model_dir, tmp_path, caps
 def test_standard_output_is_never_an_existing_file(model_dir, tmp_path, capsys, recorder, monkeypatch):
     """``--output -`` is standard output even where a file named ``-`` exists (it is left alone)."""
     monkeypatch.chdir(tmp_path)
-    dev = tsv(tmp_path / "dev.tsv", "a")
+    dev = write_lines(tmp_path / "dev.tsv", "a")
     Path("-").write_text("mine")
     assert run([model_dir, "--input", dev, "--columns", "0", "--output", "-"], capsys)[0] == 0
     assert recorder.calls[0]["output"] == "-" and Path("-").read_text() == "mine"
@@ -307,11 +302,12 @@ def test_how_the_input_is_read(model_dir, tmp_path, capsys, recorder):
     rte = tmp_path / "RTE"
     rte.mkdir()
     files = {
-        name: tsv(rte / name, "index\tsentence1\tsentence2\tlabel") for name in ("dev.tsv", "test.tsv", "train.tsv")
+        name: write_lines(rte / name, "index\tsentence1\tsentence2\tlabel")
+        for name in ("dev.tsv", "test.tsv", "train.tsv")
     }
-    cola = tsv(tmp_path / "in_domain_dev.tsv", "gj04\t1\t\tWe ran.")
-    text, jsonl = tsv(tmp_path / "notes.txt", "a"), tsv(tmp_path / "rows.ndjson", '{"text": "a"}')
-    qqp = tsv(tmp_path / "QQP-dev.tsv", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate")
+    cola = write_lines(tmp_path / "in_domain_dev.tsv", "gj04\t1\t\tWe ran.")
+    text, jsonl = write_lines(tmp_path / "notes.txt", "a"), write_lines(tmp_path / "rows.ndjson", '{"text": "a"}')
+    qqp = write_lines(tmp_path / "QQP-dev.tsv", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate")
     cases = [
         ([files["dev.tsv"], "--glue-task", "RTE"], ("tsv", Columns(("1", "2"), "3"), True, None)),
         ([files["test.tsv"], "--glue-task", "rte"], ("tsv", Columns(("1", "2"), None), True, None)),
@@ -359,8 +355,8 @@ def test_how_the_input_is_read(model_dir, tmp_path, capsys, recorder):
 
 
 def test_the_options_reach_predict_file(model_dir, tmp_path, capsys, recorder, threads_asked):
-    dev = tsv(tmp_path / "dev.tsv", "a")
-    stsb = tsv(
+    dev = write_lines(tmp_path / "dev.tsv", "a")
+    stsb = write_lines(
         tmp_path / "sts.tsv", "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
     )
     default = dict(
@@ -425,7 +421,7 @@ def test_the_options_reach_predict_file(model_dir, tmp_path, capsys, recorder, t
 
 
 def test_the_output_format_follows_the_suffix_and_output_format_wins(model_dir, tmp_path, capsys, recorder):
-    dev = tsv(tmp_path / "dev.tsv", "a")
+    dev = write_lines(tmp_path / "dev.tsv", "a")
     cases = [
         ("o.jsonl", [], "jsonl", ""),
         ("o.JSONL", [], "jsonl", ""),
@@ -458,7 +454,7 @@ def test_the_output_format_follows_the_suffix_and_output_format_wins(model_dir, 
 
 
 def test_the_report_names_rows_target_head_rate_and_metrics(model_dir, tmp_path, capsys, recorder):
-    dev = tsv(tmp_path / "dev.tsv", "a")
+    dev = write_lines(tmp_path / "dev.tsv", "a")
     out = tmp_path / "out.tsv"
     argv = [model_dir, "--input", dev, "--columns", "0", "--dtype", "float32", "--device", "cpu"]
     recorder.stats = PredictStats(rows=3, head="sentence_classification_head", seconds=0.5)
@@ -499,7 +495,7 @@ def test_the_report_names_rows_target_head_rate_and_metrics(model_dir, tmp_path,
     ids=["stdout-tsv", "stdout-jsonl", "tsv", "jsonl"],
 )
 def test_an_input_without_rows_is_said_not_an_error(model_dir, tmp_path, capsys, recorder, output, options, message):
-    dev = tsv(tmp_path / "dev.tsv")
+    dev = write_lines(tmp_path / "dev.tsv")
     out = output if output == "-" else tmp_path / output
     recorder.stats = PredictStats(rows=0, head="h")
     status, stdout, err = run([model_dir, "--input", dev, "--columns", "0", "--output", out, *options], capsys)
@@ -508,7 +504,7 @@ def test_an_input_without_rows_is_said_not_an_error(model_dir, tmp_path, capsys,
 
 def test_a_real_run_writes_the_predictions_and_the_metrics(model_dir, tmp_path, capsys):
     """The command end to end on three labelled rows (predictions as tests/test_predict.py checks them)."""
-    dev = tsv(tmp_path / "dev.tsv", "Hello world!\tpos", "It is a test.\tneg", "Hi\tpos")
+    dev = write_lines(tmp_path / "dev.tsv", "Hello world!\tpos", "It is a test.\tneg", "Hi\tpos")
     output, metrics_file = tmp_path / "out.tsv", tmp_path / "metrics.json"
     status, out, err = run(
         [model_dir, "--input", dev, "--columns", "0,label=1", "--output", output, "--metrics-file", metrics_file,
